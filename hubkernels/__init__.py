@@ -1,0 +1,42 @@
+"""hubkernels: build custom kernels from build.toml, publish them to a Hub, load and swap them into models."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from typing import TYPE_CHECKING, Any
+
+# Public API, imported lazily so `import hubkernels` stays cheap (torch is only imported when needed).
+_EXPORTS = {
+    "build_kernel": "hubkernels.build",
+    "load_config": "hubkernels.config",
+    "get_local_kernel": "hubkernels.load",
+    "loaded_kernels": "hubkernels.load",
+    "system_variants": "hubkernels.variants",
+    "resolve": "hubkernels.variants",
+    "Variant": "hubkernels.platform",
+    "System": "hubkernels.platform",
+}
+
+_ALIASES = {"build_kernel": "build"}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hubkernels' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .build import build as build_kernel
+    from .config import load_config
+    from .load import get_local_kernel, loaded_kernels
+    from .platform import System, Variant
+    from .variants import resolve, system_variants

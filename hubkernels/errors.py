@@ -1,0 +1,27 @@
+"""The typed errors hubkernels raises. Each message says what went wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class HubkernelsError(Exception):
+    """Base class of every error hubkernels raises on purpose (the CLI turns these into exit status 2)."""
+
+
+class BuildError(HubkernelsError):
+    """A kernel could not be compiled or laid out; the message carries the compiler's own output."""
+
+
+class VariantNotFoundError(HubkernelsError, FileNotFoundError):
+    """No build variant fits this system; the message holds the full accept/reject trace."""
+
+
+class DigestError(HubkernelsError):
+    """Files of a variant do not match the digest recorded in its metadata.json."""
+
+
+class KernelLoadError(HubkernelsError, ImportError):
+    """A variant was found but could not be imported."""
+
+
+class UsageError(HubkernelsError, ValueError):
+    """An argument the library could only judge at run time (say, a backend this machine lacks)."""

@@ -1,0 +1,56 @@
+"""Every environment variable hubkernels reads, in one place, read at call time (not import time)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def cache_dir() -> Path | None:
+    """`HUBKERNELS_CACHE`, else `KERNELS_CACHE` (HF kernels' name), else None (the huggingface_hub cache)."""
+    value = os.environ.get("HUBKERNELS_CACHE") or os.environ.get("KERNELS_CACHE")
+    return Path(value).expanduser() if value else None
+
+
+def local_kernels() -> dict[str, Path]:
+    """`LOCAL_KERNELS`: `org/name=/path` entries separated by `os.pathsep` (also ':' for HF compatibility)."""
+    raw = os.environ.get("LOCAL_KERNELS", "")
+    out: dict[str, Path] = {}
+    for entry in raw.replace(";", os.pathsep).split(os.pathsep if os.pathsep != ":" else ":"):
+        if "=" in entry:
+            repo_id, path = entry.split("=", 1)
+            out[repo_id.strip()] = Path(path.strip()).expanduser()
+    return out
+
+
+def offline() -> bool:
+    """`HF_HUB_OFFLINE`: never touch the network; load from the cache."""
+    return _flag("HF_HUB_OFFLINE")
+
+
+def disable_kernel_mapping() -> bool:
+    """`DISABLE_KERNEL_MAPPING=1`: kernelize restores original forwards (HF kernels' switch)."""
+    return _flag("DISABLE_KERNEL_MAPPING")
+
+
+def trusted_orgs() -> set[str]:
+    """`HUBKERNELS_TRUSTED_ORGS`: comma-separated organizations whose kernels load without trust_remote_code."""
+    return {o.strip() for o in os.environ.get("HUBKERNELS_TRUSTED_ORGS", "").split(",") if o.strip()}
+
+
+def version_freshness_s() -> float:
+    """`HUBKERNELS_VERSION_TTL`: seconds a resolved version->commit stays fresh for warm loads (default 600)."""
+    try:
+        return float(os.environ.get("HUBKERNELS_VERSION_TTL", "600"))
+    except ValueError:
+        return 600.0
+
+
+def build_jobs() -> int | None:
+    """`MAX_JOBS`: parallel compile jobs for ninja (torch.utils.cpp_extension honours it too)."""
+    value = os.environ.get("MAX_JOBS")
+    return int(value) if value and value.isdigit() else None
