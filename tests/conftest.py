@@ -1,0 +1,81 @@
+"""Shared fixtures: a real local Hub on 127.0.0.1 and the ltx-kernels build of this checkout.
+
+HF_ENDPOINT is read once, when huggingface_hub is imported, so the port is chosen and the environment
+set here, before any test module imports it; the server itself starts on first use.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="hubkernels-tests-"))
+HUB_PORT = _free_port()
+os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{HUB_PORT}"
+os.environ["HF_HUB_DISABLE_XET"] = "1"
+os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")
+os.environ["HF_HUB_CACHE"] = str(_SESSION_TMP / "hf-cache")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.pop("HF_HUB_OFFLINE", None)
+os.environ.pop("LOCAL_KERNELS", None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `pytest -m gpu` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def session_tmp() -> Path:
+    return _SESSION_TMP
+
+
+@pytest.fixture(scope="session")
+def ltx_build():
+    """The ltx-kernels variant for this machine, built from this checkout (incremental across runs)."""
+    from hubkernels.build import build
+
+    return build(ROOT, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def ltx(ltx_build):
+    """The ltx_kernels module of this checkout's build, loaded the way users load it."""
+    import hubkernels
+
+    return hubkernels.get_local_kernel(ROOT)
+
+
+@pytest.fixture(scope="session")
+def hub(session_tmp):
+    """A Hub-compatible server (ours) on 127.0.0.1, the endpoint huggingface_hub was pointed at."""
+    from hubfixture import start_hub
+
+    server = start_hub(session_tmp / "hub-root", port=HUB_PORT, trusted_orgs=("hubkernels",))
+    yield server
+    server.stop()
