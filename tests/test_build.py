@@ -1,0 +1,141 @@
+"""`hubkernels build` turns build.toml + sources into a Hub-layout variant that loads, verifies and interoperates."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import hubkernels
+from hubkernels.build import build, unique_id
+from hubkernels.digest import hash_variant, verify_variant, violations
+from hubkernels.errors import BuildError, DigestError
+from hubkernels.load import import_variant
+from hubkernels.metadata import Metadata
+from hubkernels.platform import System
+
+MINI = Path(__file__).parent / "fixtures" / "mini"
+
+
+@pytest.fixture()
+def mini_copy(tmp_path: Path) -> Path:
+    """The mini-relu kernel outside any git repository: every build gets a fresh random id."""
+    dest = tmp_path / "mini"
+    shutil.copytree(MINI, dest, ignore=shutil.ignore_patterns("build", "_build"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def mini_build():
+    return build(MINI, quiet=True)
+
+
+def test_variant_layout_and_metadata(mini_build) -> None:
+    out = mini_build.path
+    major, minor = System.current().torch_version
+    assert out.name == str(System.current().build_variant("cpu")) == f"torch{major}{minor}-cxx11-cpu-x86_64-linux"
+    assert re.fullmatch(r"_mini_relu_cpu_[0-9a-f]{7}(_dirty)?", mini_build.id)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["__init__.py", "util.py", "_ops.py", "metadata.json", f"{mini_build.id}.abi3.so"])
+    meta = json.loads((out / "metadata.json").read_text())
+    assert list(meta) == ["name", "id", "version", "license", "python-depends", "kernel-depends", "backend",
+                          "digest", "provenance"]
+    assert meta["name"] == "mini-relu" and meta["id"] == mini_build.id and meta["version"] == 1
+    assert meta["backend"] == {"type": "cpu"} and meta["license"] == "Apache-2.0"
+    assert re.fullmatch(r"[0-9a-f]{40}", meta["provenance"]["kernel"]["commit"])
+    assert meta["provenance"]["kernel-builder"]["name"] == "hubkernels"
+    assert "metadata.json" not in meta["digest"]["files"]
+
+
+def test_digest_matches_and_one_changed_byte_fails(mini_build, tmp_path: Path) -> None:
+    meta = Metadata.read(mini_build.path)
+    assert meta.digest == {"algorithm": "sha256", "files": hash_variant(mini_build.path)}
+    copy = tmp_path / "variant"
+    shutil.copytree(mini_build.path, copy)
+    verify_variant(copy, meta.digest)
+    so = copy / f"{mini_build.id}.abi3.so"
+    data = bytearray(so.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    so.write_bytes(bytes(data))
+    assert violations(copy, meta.digest) == [f"{so.name} has been modified (hash mismatch)"]
+    with pytest.raises(DigestError, match="hash mismatch"):
+        verify_variant(copy, meta.digest)
+    (copy / "extra.py").write_text("x = 1\n")
+    assert "unexpected file extra.py" in violations(copy, meta.digest)
+
+
+def test_loads_and_runs_with_relative_imports(mini_build) -> None:
+    mod = hubkernels.get_local_kernel(MINI, verify=True)
+    assert mod.__name__ == mini_build.id
+    x = torch.randn(1000)
+    assert torch.equal(mod.relu(x), x.clamp_min(0))
+    assert mod.double(21) == 42  # from .util import double
+    assert hasattr(torch.ops, mini_build.id)
+
+
+def test_compiled_op_traces_with_fullgraph(mini_build) -> None:
+    mod = hubkernels.get_local_kernel(MINI)
+    fn = torch.compile(lambda t: mod.relu(t) * 2, fullgraph=True)
+    x = torch.randn(64)
+    assert torch.equal(fn(x), x.clamp_min(0) * 2)
+
+
+def test_hf_kernels_loads_the_same_build(mini_build) -> None:
+    kernels = pytest.importorskip("kernels")
+    ours = hubkernels.get_local_kernel(MINI)
+    theirs = kernels.get_local_kernel(MINI)
+    x = torch.randn(4096)
+    assert torch.equal(theirs.relu(x), ours.relu(x))
+
+
+def test_rebuild_with_nothing_changed_is_fast(mini_build) -> None:
+    t0 = time.perf_counter()
+    again = build(MINI, quiet=True)
+    assert again.up_to_date and again.path == mini_build.path
+    assert time.perf_counter() - t0 < 5
+
+
+def test_two_builds_of_one_kernel_coexist(mini_copy: Path, tmp_path: Path) -> None:
+    a = build(mini_copy, out_dir=tmp_path / "a", quiet=True)
+    shutil.rmtree(mini_copy / "_build")
+    b = build(mini_copy, out_dir=tmp_path / "b", quiet=True)
+    assert a.id != b.id  # outside git: a random id per build
+    ma, mb = import_variant(a.path), import_variant(b.path)
+    assert ma is not mb and ma.__name__ == a.id and mb.__name__ == b.id
+    x = torch.randn(100)
+    assert torch.equal(ma.relu(x), mb.relu(x))
+
+
+def test_unique_id_outside_git_is_random(mini_copy: Path) -> None:
+    ids = {unique_id(mini_copy) for _ in range(3)}
+    assert len(ids) == 3 and all(re.fullmatch(r"[a-z2-7]{13}", i) for i in ids)
+
+
+def test_compiler_errors_are_shown(mini_copy: Path) -> None:
+    (mini_copy / "mini_cpu" / "relu.cpp").write_text("this is not C++;\n")
+    with pytest.raises(BuildError) as e:
+        build(mini_copy, quiet=True)
+    assert "relu.cpp" in str(e.value) and "error" in str(e.value)
+
+
+def test_cli_build_and_variants(mini_build) -> None:
+    out = subprocess.run([sys.executable, "-m", "hubkernels", "variants", str(MINI)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert f"chosen   {mini_build.path.name}" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "hubkernels", "build", "--backend", "cuda", str(MINI)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "cuda" in bad.stderr
+
+
+def test_built_module_passes_abi_checks(mini_build) -> None:
+    kac = pytest.importorskip("kernel_abi_check")
+    obj = kac.ObjectFile(str(mini_build.path / f"{mini_build.id}.abi3.so"))
+    assert obj.check_python_abi("3.9") == []
+    assert obj.check_manylinux("manylinux_2_28") == []
