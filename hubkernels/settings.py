@@ -54,3 +54,8 @@ def build_jobs() -> int | None:
     """`MAX_JOBS`: parallel compile jobs for ninja (torch.utils.cpp_extension honours it too)."""
     value = os.environ.get("MAX_JOBS")
     return int(value) if value and value.isdigit() else None
+
+
+def hub_endpoint() -> str:
+    """`HF_ENDPOINT` read now (huggingface_hub reads it once at import; we pass it explicitly on every call)."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
