@@ -1,0 +1,84 @@
+"""Loading local variants: clear errors when nothing fits, GPU capability checks, declared dependencies."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import hubkernels
+from hubkernels.errors import KernelLoadError, VariantNotFoundError
+from hubkernels.load import _arch_runs_on, check_capability, import_variant
+from hubkernels.metadata import Metadata
+from hubkernels.platform import System
+
+
+def _pure_variant(root: Path, name: str, *, python_depends: list[str] | None = None, body: str = "X = 1\n") -> Path:
+    d = root / "build" / name
+    d.mkdir(parents=True)
+    (d / "__init__.py").write_text(body)
+    kid = f"_pure_{abs(hash((str(root), name))) % 10**8:08d}"
+    Metadata(name="pure", id=kid, version=1, license="MIT", backend={"type": "cpu"},
+             python_depends=python_depends or []).write(d)
+    return d
+
+
+def test_no_build_says_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(VariantNotFoundError, match="hubkernels build"):
+        hubkernels.get_local_kernel(tmp_path)
+
+
+def test_no_matching_variant_lists_each_rejection(tmp_path: Path) -> None:
+    _pure_variant(tmp_path, "torch29-cxx11-cpu-aarch64-linux")
+    _pure_variant(tmp_path, "torch-metal")
+    with pytest.raises(VariantNotFoundError) as e:
+        hubkernels.get_local_kernel(tmp_path)
+    msg = str(e.value)
+    assert "torch29-cxx11-cpu-aarch64-linux: built for" in msg and "torch-metal: noarch build for metal" in msg
+
+
+def test_noarch_variant_loads_as_a_package(tmp_path: Path) -> None:
+    d = _pure_variant(tmp_path, "torch-cpu", body="from .helper import VALUE\n")
+    (d / "helper.py").write_text("VALUE = 7\n")
+    mod = hubkernels.get_local_kernel(tmp_path)
+    assert mod.VALUE == 7 and mod.__name__ == Metadata.read(d).id
+
+
+def test_declared_python_dependency_must_be_installed(tmp_path: Path) -> None:
+    d = _pure_variant(tmp_path, "torch-cpu", python_depends=["helion"])
+    pytest.importorskip("torch")
+    if __import__("importlib.util").util.find_spec("helion") is None:
+        with pytest.raises(KernelLoadError, match="pip install helion"):
+            import_variant(d)
+
+
+def test_unsupported_python_dependency_is_refused(tmp_path: Path) -> None:
+    d = _pure_variant(tmp_path, "torch-cpu", python_depends=["kepler-22b"])
+    with pytest.raises(KernelLoadError, match="kepler-22b"):
+        import_variant(d)
+
+
+@pytest.mark.parametrize("arch,cap,ok", [
+    ("9.0", (9, 0), True), ("8.0", (8, 6), True), ("8.0", (9, 0), False), ("8.0+PTX", (9, 0), True),
+    ("9.0a", (9, 0), True), ("9.0a", (10, 0), False), ("10.0", (9, 0), False), ("12.0+PTX", (9, 0), False),
+])
+def test_arch_compatibility(arch: str, cap: tuple[int, int], ok: bool) -> None:
+    assert _arch_runs_on(arch, cap) is ok
+
+
+def test_capability_mismatch_is_a_readable_error() -> None:
+    meta = Metadata(name="k", id="_k_cuda_x", version=1, license="MIT", backend={"type": "cuda", "archs": ["9.0"]})
+    ampere = System((2, 11), "cuda", (13, 0), "x86_64", "linux", capabilities=((8, 6),))
+    with pytest.raises(KernelLoadError, match=r"built for CUDA capabilities 9\.0, but the GPUs here are 8\.6"):
+        check_capability(meta, ampere)
+    check_capability(meta, System((2, 11), "cuda", (13, 0), "x86_64", "linux", capabilities=((9, 0),)))
+
+
+def test_metadata_round_trips_unknown_keys(tmp_path: Path) -> None:
+    raw = {"name": "x", "id": "_x_cpu_1", "version": 2, "license": "MIT", "python-depends": [], "kernel-depends": [],
+           "backend": {"type": "cpu"}, "future-key": {"a": 1}}
+    (tmp_path / "metadata.json").write_text(json.dumps(raw))
+    meta = Metadata.read(tmp_path)
+    assert meta.to_dict() == raw
