@@ -1,0 +1,35 @@
+// one row per step, one contiguous pass: out = x + y * gate, the gate row read through the
+// batch/token strides (token stride 0 = one gate row per batch, reused by every token).
+#include "convert.h"
+
+namespace ltx_cpu {
+namespace {
+
+template <typename T>
+LTX_INLINE void gated_residual_rows(T* out, const T* x, const T* y, const T* gate,
+                                    int64_t row_begin, int64_t row_end, int64_t tokens,
+                                    int64_t dim, int64_t batch_stride, int64_t token_stride) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const T* xr = x + r * dim;
+    const T* yr = y + r * dim;
+    const T* gr = gate + (r / tokens) * batch_stride + (r % tokens) * token_stride;
+    T* outr = out + r * dim;
+    for (int64_t i = 0; i < dim; ++i) outr[i] = store<T>(load(xr[i]) + load(yr[i]) * load(gr[i]));
+  }
+}
+
+}  // namespace
+
+LTX_CPU_MULTIVERSION
+void gated_residual(void* out, const void* x, const void* y, const void* gate, int64_t row_begin,
+                    int64_t row_end, int64_t tokens, int64_t dim, int64_t gate_batch_stride,
+                    int64_t gate_token_stride, DType dtype) {
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    gated_residual_rows(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(y),
+                        static_cast<const T*>(gate), row_begin, row_end, tokens, dim,
+                        gate_batch_stride, gate_token_stride);
+  });
+}
+
+}  // namespace ltx_cpu

@@ -1,0 +1,55 @@
+// one contiguous pass over [begin, end): gelu_tanh(x) = x * sigmoid(2u) = x / (1 + exp(-2u)),
+// u = sqrt(2/pi) * (x + 0.044715 x^3), with a branch-free fp32 exp so the loop vectorises.
+#include "convert.h"
+
+namespace ltx_cpu {
+namespace {
+
+// exp(v) to about 2 ulp: v = n ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n
+// built in the exponent bits. v is clamped to [-87, 88] (finite, normal results); NaN stays NaN.
+LTX_INLINE float exp_fp32(float v) {
+  v = v > 88.0f ? 88.0f : v;
+  v = v < -87.0f ? -87.0f : v;
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;  // ln 2 split so n * kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (v * kLog2e + kRound) - kRound;
+  const float r = (v - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float two_n = bits_to_float(uint32_t(int32_t(n) + 127) << 23);
+  return p * two_n;
+}
+
+LTX_INLINE float exp_acc(float v) { return exp_fp32(v); }
+LTX_INLINE double exp_acc(double v) { return std::exp(v); }
+
+template <typename T>
+LTX_INLINE void gelu_tanh_range(T* out, const T* x, int64_t begin, int64_t end) {
+  using Acc = acc_t<T>;
+  constexpr Acc kSqrt2OverPi = Acc(0.797884560802865355879892119868763737);
+  constexpr Acc kCubic = Acc(0.044715);
+  for (int64_t i = begin; i < end; ++i) {
+    const Acc v = load(x[i]);
+    const Acc u = kSqrt2OverPi * (v + kCubic * v * v * v);
+    out[i] = store<T>(v / (Acc(1) + exp_acc(Acc(-2) * u)));
+  }
+}
+
+}  // namespace
+
+LTX_CPU_MULTIVERSION
+void gelu_tanh(void* out, const void* x, int64_t begin, int64_t end, DType dtype) {
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    gelu_tanh_range(static_cast<T*>(out), static_cast<const T*>(x), begin, end);
+  });
+}
+
+}  // namespace ltx_cpu

@@ -1,0 +1,52 @@
+// ltx_cpu.h: the six LTX-Video ops on CPU. Plain C++, no ATen: raw pointers, sizes in elements.
+// Each function does the rows [row_begin, row_end) (gelu_tanh: the elements [begin, end)) on the
+// calling thread, so torch_binding.cpp splits the work with at::parallel_for and checks arguments.
+// The signatures mirror ltx_cuda.h (a row range instead of a stream).
+//
+// Layout shared by every op: x-like tensors are contiguous rows of `dim` elements. Row r is batch
+// b = r / tokens, token s = r % tokens. Modulation / gate tensors are addressed as
+// t[b * batch_stride + s * token_stride + i] (strides in elements, last-dim stride 1), so views such
+// as `ada.unbind(2)` of a [B,T,6,D] tensor need no copy; token_stride 0 broadcasts one row per batch
+// ([B,1,D]), batch_stride 0 one row for the whole batch. cos/sin are fp32, contiguous rows x dim.
+// All other tensor arguments of an op share `dtype`. Arithmetic in fp32 (fp64 for F64), one rounding
+// at the store.
+#pragma once
+
+#include <cstdint>
+
+namespace ltx_cpu {
+
+enum class DType : int { F32 = 0, F16 = 1, BF16 = 2, F64 = 3 };
+
+// y = x * rsqrt(mean(x^2) + eps) (* weight). weight is nullable ([dim]).
+void rms_norm(void* out, const void* x, const void* weight, int64_t row_begin, int64_t row_end,
+              int64_t dim, double eps, DType dtype);
+
+// y = rms_norm(x, weight) * (1 + scale) + shift; scale and shift share one pair of strides.
+void rms_norm_modulate(void* out, const void* x, const void* scale, const void* shift,
+                       const void* weight, int64_t row_begin, int64_t row_end, int64_t tokens,
+                       int64_t dim, int64_t mod_batch_stride, int64_t mod_token_stride, double eps,
+                       DType dtype);
+
+// out = x * cos + rot(x) * sin, rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i], for q and k.
+// dim is even.
+void rope_interleaved_qk(void* q_out, void* k_out, const void* q, const void* k, const float* cos,
+                         const float* sin, int64_t row_begin, int64_t row_end, int64_t dim,
+                         DType dtype);
+
+// y = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) over the elements [begin, end).
+void gelu_tanh(void* out, const void* x, int64_t begin, int64_t end, DType dtype);
+
+// out = x + y * gate; x and y are contiguous rows, gate uses the strides.
+void gated_residual(void* out, const void* x, const void* y, const void* gate, int64_t row_begin,
+                    int64_t row_end, int64_t tokens, int64_t dim, int64_t gate_batch_stride,
+                    int64_t gate_token_stride, DType dtype);
+
+// Per row: RMSNorm over the full dim with weight (torch.nn.RMSNorm), then the RoPE above, for q
+// and k, without rounding in between. dim is even.
+void qk_rms_norm_rope(void* q_out, void* k_out, const void* q, const void* k,
+                      const void* weight_q, const void* weight_k, const float* cos,
+                      const float* sin, int64_t row_begin, int64_t row_end, int64_t dim,
+                      double eps, DType dtype);
+
+}  // namespace ltx_cpu

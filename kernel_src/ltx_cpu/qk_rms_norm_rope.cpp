@@ -1,0 +1,50 @@
+// one row per step, q row then k row: a contiguous pass sums squares in 16 fp32 lanes, a second pass
+// over (x[2i], x[2i+1]) pairs normalises, weights and rotates with the fp32 cos/sin row; no
+// rounding between the norm and the rotation.
+#include "convert.h"
+
+namespace ltx_cpu {
+namespace {
+
+template <typename T>
+LTX_INLINE void norm_rope_row(T* out, const T* x, const T* weight, const float* cos,
+                              const float* sin, int64_t dim, double eps) {
+  using Acc = acc_t<T>;
+  const Acc inv = inv_rms(x, dim, eps);
+  for (int64_t i = 0; i < dim; i += 2) {
+    const Acc real = load(x[i]) * inv * load(weight[i]);
+    const Acc imag = load(x[i + 1]) * inv * load(weight[i + 1]);
+    out[i] = store<T>(real * Acc(cos[i]) - imag * Acc(sin[i]));
+    out[i + 1] = store<T>(imag * Acc(cos[i + 1]) + real * Acc(sin[i + 1]));
+  }
+}
+
+template <typename T>
+LTX_INLINE void qk_rms_norm_rope_rows(T* q_out, T* k_out, const T* q, const T* k,
+                                      const T* weight_q, const T* weight_k, const float* cos,
+                                      const float* sin, int64_t row_begin, int64_t row_end,
+                                      int64_t dim, double eps) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t o = r * dim;
+    norm_rope_row(q_out + o, q + o, weight_q, cos + o, sin + o, dim, eps);
+    norm_rope_row(k_out + o, k + o, weight_k, cos + o, sin + o, dim, eps);
+  }
+}
+
+}  // namespace
+
+LTX_CPU_MULTIVERSION
+void qk_rms_norm_rope(void* q_out, void* k_out, const void* q, const void* k,
+                      const void* weight_q, const void* weight_k, const float* cos,
+                      const float* sin, int64_t row_begin, int64_t row_end, int64_t dim,
+                      double eps, DType dtype) {
+  dispatch(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    qk_rms_norm_rope_rows(static_cast<T*>(q_out), static_cast<T*>(k_out),
+                          static_cast<const T*>(q), static_cast<const T*>(k),
+                          static_cast<const T*>(weight_q), static_cast<const T*>(weight_k), cos,
+                          sin, row_begin, row_end, dim, eps);
+  });
+}
+
+}  // namespace ltx_cpu

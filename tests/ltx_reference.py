@@ -1,0 +1,87 @@
+"""Float64 reference implementations of the ltx_kernels ops, written from LTX-Video's math.
+
+Each function takes tensors of any dtype and device, computes in float64 and returns float64, so a
+kernel's output can be compared against it with a tolerance that only covers the kernel's own
+rounding. Shared by the CPU and GPU correctness tests and by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+__all__ = [
+    "TOLERANCES",
+    "gated_residual",
+    "gelu_tanh",
+    "qk_rms_norm_rope",
+    "rms_norm",
+    "rms_norm_modulate",
+    "rope_interleaved_qk",
+    "tolerance",
+]
+
+# (rtol, atol) for comparing a kernel's output in this dtype against the fp64 reference. Inputs are
+# exact in their dtype; the tolerances cover fp32 arithmetic plus the final rounding to the output dtype.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-12),
+    torch.float32: (1e-5, 1e-5),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (1e-2, 1e-2),
+}
+
+
+def tolerance(dtype: torch.dtype) -> dict[str, float]:
+    """``rtol``/``atol`` keyword arguments for ``torch.testing.assert_close`` at this output dtype."""
+    rtol, atol = TOLERANCES[dtype]
+    return {"rtol": rtol, "atol": atol}
+
+
+def _f64(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if t is None else t.detach().to(torch.float64)
+
+
+def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None, eps: float = 1e-6) -> torch.Tensor:
+    """x * rsqrt(mean(x^2 over the last dim) + eps) (* weight)."""
+    x = _f64(x)
+    out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return out * _f64(weight) if weight is not None else out
+
+
+def rms_norm_modulate(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                      weight: Optional[torch.Tensor] = None, eps: float = 1e-6) -> torch.Tensor:
+    """rms_norm(x, weight) * (1 + scale) + shift, scale/shift broadcast over tokens ([B,1,D]) or not."""
+    return rms_norm(x, weight, eps) * (1 + _f64(scale)) + _f64(shift)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """diffusers' LTX apply_rotary_emb on interleaved pairs over the whole last dim."""
+    x = _f64(x)
+    real, imag = x.unflatten(-1, (-1, 2)).unbind(-1)
+    rotated = torch.stack([-imag, real], dim=-1).flatten(-2)
+    return x * _f64(cos) + rotated * _f64(sin)
+
+
+def rope_interleaved_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rope(q), rope(k)) with out = x*cos + rot(x)*sin, rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i]."""
+    return _rope(q, cos, sin), _rope(k, cos, sin)
+
+
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))."""
+    x = _f64(x)
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def gated_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """x + y * gate, gate broadcast over tokens ([B,1,D]) or not."""
+    return _f64(x) + _f64(y) * _f64(gate)
+
+
+def qk_rms_norm_rope(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Tensor, weight_k: torch.Tensor,
+                     cos: torch.Tensor, sin: torch.Tensor, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+    """rope(rms_norm(q, weight_q)), rope(rms_norm(k, weight_k)), without rounding in between."""
+    return _rope(rms_norm(q, weight_q, eps), cos, sin), _rope(rms_norm(k, weight_k, eps), cos, sin)
