@@ -24,6 +24,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
     print(result.path)
+    if args.wheel:
+        from .build import check_abi
+        from .wheel import build_wheel
+
+        portable = not any(p.startswith("manylinux") for so in result.path.glob("*.so") for p in check_abi(so))
+        print(build_wheel(result.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
     return 0
 
 
@@ -66,6 +72,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", help="build this backend instead of the machine's (e.g. cpu)")
     p.add_argument("-j", "--jobs", type=int, help="parallel compile jobs")
     p.add_argument("-v", "--verbose", action="store_true", help="show every compiler command")
+    p.add_argument("--wheel", action="store_true", help="also package the variant as a wheel")
+    p.add_argument("--wheel-dir", default="dist", help="where wheels go (default: dist/)")
     p.set_defaults(func=_cmd_build)
     p = sub.add_parser("variants", help="list the variants this system accepts and how each build resolves")
     p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml)")

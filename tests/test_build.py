@@ -139,3 +139,18 @@ def test_built_module_passes_abi_checks(mini_build) -> None:
     obj = kac.ObjectFile(str(mini_build.path / f"{mini_build.id}.abi3.so"))
     assert obj.check_python_abi("3.9") == []
     assert obj.check_manylinux("manylinux_2_28") == []
+
+
+def test_variant_wheel_installs_and_runs(mini_build, tmp_path: Path) -> None:
+    from hubkernels.wheel import build_wheel
+
+    whl = build_wheel(mini_build.path, tmp_path / "dist")
+    major, minor = System.current().torch_version
+    assert whl.name == f"mini_relu-1+torch{major}{minor}.cxx11.cpu-cp39-abi3-manylinux_2_28_x86_64.whl"
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(whl)],
+                   check=True)
+    code = "import torch, mini_relu; x = torch.randn(9); assert torch.equal(mini_relu.relu(x), x.clamp_min(0)); print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**__import__("os").environ,
+                         "PYTHONPATH": str(site)})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
