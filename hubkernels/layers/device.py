@@ -1,0 +1,91 @@
+"""`Device`: the device key of a kernel mapping (a type, optionally a compute-capability range)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    import torch
+
+#: Device types a mapping may name (HF `kernels`' list).
+DEVICE_TYPES = ("cpu", "cuda", "mps", "neuron", "npu", "rocm", "tpu", "xpu")
+
+
+@dataclass(frozen=True)
+class CUDAProperties:
+    """An inclusive CUDA compute-capability range, written major*10+minor (sm_90 -> 90)."""
+
+    min_capability: int
+    max_capability: int
+
+    def __post_init__(self) -> None:
+        _check_range(self.min_capability, self.max_capability)
+
+
+@dataclass(frozen=True)
+class ROCMProperties:
+    """An inclusive ROCm capability range, as torch reports it (gfx942 -> 94)."""
+
+    min_capability: int
+    max_capability: int
+
+    def __post_init__(self) -> None:
+        _check_range(self.min_capability, self.max_capability)
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a mapped layer runs: `Device("cuda", CUDAProperties(80, 90))` or just `Device("cpu")`."""
+
+    type: str
+    properties: Union[CUDAProperties, ROCMProperties, None] = None
+
+    def __post_init__(self) -> None:
+        if self.type not in DEVICE_TYPES:
+            raise ValueError(f"Unsupported device type {self.type!r}; use one of {', '.join(DEVICE_TYPES)}.")
+        if isinstance(self.properties, CUDAProperties) and self.type != "cuda":
+            raise ValueError("CUDAProperties is only supported for 'cuda' devices.")
+        if isinstance(self.properties, ROCMProperties) and self.type != "rocm":
+            raise ValueError("ROCMProperties is only supported for 'rocm' devices.")
+        if self.properties is not None and not isinstance(self.properties, (CUDAProperties, ROCMProperties)):
+            raise TypeError(f"properties must be CUDAProperties or ROCMProperties, got {self.properties!r}")
+
+    @property
+    def capability_range(self) -> tuple[int, int] | None:
+        """(min, max) inclusive, or None when any capability matches."""
+        if self.properties is None:
+            return None
+        return self.properties.min_capability, self.properties.max_capability
+
+
+def _check_range(lo: int, hi: int) -> None:
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        raise TypeError(f"capabilities are integers like 90 for sm_90, got {lo!r}, {hi!r}")
+    if lo > hi:
+        raise ValueError(f"min_capability ({lo}) must be <= max_capability ({hi})")
+
+
+def device_type_of(device: "torch.device") -> str:
+    """The mapping's device type for a torch device: CUDA devices of a ROCm torch are 'rocm'."""
+    import torch
+
+    if device.type == "cuda" and torch.version.hip is not None:
+        return "rocm"
+    return device.type
+
+
+def capability_of(device: "torch.device | None") -> int | None:
+    """Compute capability (major*10+minor) of this CUDA/ROCm device, read now; None without a GPU.
+
+    Read per device index on every call (not cached for the process), so a model spread over
+    different GPUs gets each module's own capability.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    index = device.index if device is not None and device.type == "cuda" and device.index is not None \
+        else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return major * 10 + minor
