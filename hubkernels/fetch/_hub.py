@@ -1,0 +1,207 @@
+"""Every Hub request the loader makes, through huggingface_hub, with retries and errors users can act on.
+
+`api()` is the one place an `HfApi` is created (publish uses it too). Transient failures (5xx, 429, a
+connection dropped mid-file) are retried a few times with a short back-off; what still fails becomes a
+`DownloadError` that names the endpoint. huggingface_hub writes each file to `<blob>.incomplete` and renames
+it only once complete, and the loader verifies every file afterwards, so an interrupted download is never
+imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from .. import __version__
+from ..errors import HubkernelsError
+from ._local import TreeEntry
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+logger = logging.getLogger("hubkernels.fetch")
+
+T = TypeVar("T")
+
+#: Attempts per request (the first try included) and the wait before each retry, in seconds.
+ATTEMPTS = 3
+_BACKOFF = (0.25, 1.0, 2.0)
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class KernelNotFoundError(HubkernelsError, LookupError):
+    """The repository, version or revision does not exist (the message lists what does)."""
+
+
+class UntrustedKernelError(HubkernelsError, PermissionError):
+    """The publisher is not trusted and the caller did not opt in (the message says how to)."""
+
+
+class DownloadError(HubkernelsError, ConnectionError):
+    """The Hub kept failing after retries; nothing partial was loaded."""
+
+
+def api() -> HfApi:
+    """The HfApi every hubkernels Hub call goes through (endpoint and token from huggingface_hub's settings)."""
+    from huggingface_hub import HfApi
+
+    return HfApi(library_name="hubkernels", library_version=__version__)
+
+
+def endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    found: list[type[BaseException]] = []
+    for name in ("httpx2", "httpx"):  # huggingface_hub 2.x uses httpx2, 1.x httpx
+        try:
+            found.append(importlib.import_module(name).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    return tuple(found)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Worth another try: a 5xx/429/408 answer, a dropped connection, or a download that came up short."""
+    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError,
+                                        RevisionNotFoundError)
+
+    if isinstance(error, (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError)):
+        return False  # LocalEntryNotFoundError included: huggingface_hub already retried with its own back-off
+    if isinstance(error, HfHubHTTPError):
+        response = getattr(error, "response", None)
+        return response is not None and response.status_code in _TRANSIENT_STATUS
+    if isinstance(error, _transport_errors()):
+        return True
+    return isinstance(error, OSError) and "Consistency check failed" in str(error)
+
+
+def call(what: str, fn: Callable[[], T]) -> T:
+    """Run one Hub call, retrying transient failures; raise DownloadError naming `what` if they persist."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - sorted by is_transient; anything else propagates unchanged
+            if not is_transient(e):
+                raise
+            if attempt + 1 == ATTEMPTS:
+                raise DownloadError(
+                    f"{what} failed {ATTEMPTS} times at {endpoint()} (last error: {_one_line(e)}). Nothing was "
+                    "loaded; files that did not download completely are never used. Try again later, check "
+                    "HF_ENDPOINT and your network, or load a copy already in the cache with HF_HUB_OFFLINE=1."
+                ) from e
+            wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+            logger.warning("%s: %s; retrying in %.2fs", what, _one_line(e), wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+class Remote:
+    """The Hub side of one kernel repo; creates its HfApi on first use, so warm loads never import the client."""
+
+    def __init__(self, repo_id: str) -> None:
+        self.repo_id = repo_id
+        self._api: HfApi | None = None
+
+    @property
+    def api(self) -> HfApi:
+        if self._api is None:
+            self._api = api()
+        return self._api
+
+    def not_found(self, error: BaseException) -> KernelNotFoundError:
+        return KernelNotFoundError(
+            f"There is no kernel repository {self.repo_id} on {endpoint()} ({_one_line(error)}). Check the "
+            "name (org/name) and HF_ENDPOINT; private repositories also need HF_TOKEN."
+        )
+
+    def refs(self) -> tuple[dict[str, str], dict[str, str]]:
+        """(branches, tags) as {name: commit}: one request."""
+        from huggingface_hub.errors import RepositoryNotFoundError
+
+        try:
+            refs = call(f"listing the versions of {self.repo_id}",
+                        lambda: self.api.list_repo_refs(self.repo_id, repo_type="kernel"))
+        except RepositoryNotFoundError as e:
+            raise self.not_found(e) from None
+        return ({b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags})
+
+    def commit_of(self, revision: str) -> str | None:
+        """The commit a revision (branch, tag, commit prefix) names, or None if the Hub does not know it."""
+        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+        try:
+            info = call(f"resolving revision {revision!r} of {self.repo_id}",
+                        lambda: self.api.repo_info(self.repo_id, revision=revision, repo_type="kernel"))
+        except RevisionNotFoundError:
+            return None
+        except RepositoryNotFoundError as e:
+            raise self.not_found(e) from None
+        return info.sha
+
+    def publisher_trusted(self, org: str) -> bool:
+        """Does the Hub flag `org` as a trusted kernel publisher? (False if the org cannot be looked up.)"""
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            overview = call(f"checking whether {org} is a trusted publisher",
+                            lambda: self.api.get_organization_overview(org))
+        except HfHubHTTPError as e:  # e.g. 404 for a user namespace: not an organization, so not trusted
+            logger.info("could not read the organization overview of %s: %s", org, _one_line(e))
+            return False
+        # huggingface_hub's Organization keeps unknown fields as attributes ("forward compatibility").
+        return bool(getattr(overview, "trustedKernelPublisher", False))
+
+    def build_tree(self, commit: str) -> dict[str, TreeEntry]:
+        """Every file under build/ at `commit`, with size and hashes: one request for all variants."""
+        from huggingface_hub import RepoFile
+        from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
+
+        def listing() -> list:
+            return list(self.api.list_repo_tree(self.repo_id, path_in_repo="build", recursive=True,
+                                                revision=commit, repo_type="kernel"))
+
+        try:
+            entries = call(f"listing the build variants of {self.repo_id}@{commit[:7]}", listing)
+        except EntryNotFoundError:
+            raise KernelNotFoundError(
+                f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this "
+                "the right revision? Versions are the v<N> branches; `hubkernels upload` publishes there."
+            ) from None
+        except RepositoryNotFoundError as e:
+            raise self.not_found(e) from None
+        return {e.path: TreeEntry(e.size, e.blob_id, e.lfs.sha256 if e.lfs else None)
+                for e in entries if isinstance(e, RepoFile)}
+
+    def download(self, commit: str, paths: list[str], cache_dir: Path, *, force: bool, label: str) -> None:
+        """Fetch `paths` of `commit` into the cache (8 at a time), with one progress bar for all of them."""
+        from huggingface_hub.utils import tqdm
+
+        class _Quiet(tqdm):  # the per-file bars of hf_hub_download; ours counts files instead
+            def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+                kwargs["disable"] = True
+                super().__init__(*args, **kwargs)
+
+        def one(path: str) -> None:
+            call(f"downloading {path} of {self.repo_id}@{commit[:7]}",
+                 lambda: self.api.hf_hub_download(self.repo_id, path, repo_type="kernel", revision=commit,
+                                                  cache_dir=cache_dir, force_download=force, tqdm_class=_Quiet))
+
+        with tqdm(total=len(paths), desc=f"Downloading {label}", unit="file", leave=False) as bar, \
+                ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:
+            for future in [pool.submit(one, p) for p in paths]:
+                future.result()
+                bar.update(1)

@@ -1,0 +1,298 @@
+"""Publish built variants to a Hub kernel repo: `hubkernels upload [PATH] --repo-id ORG/NAME`.
+
+Layout on the Hub (kernel-builder's): the variants go to branch `v<version>` under `build/<variant>/`; `main`
+holds the model card (README.md) generated from metadata.json and the package's `__all__`. Each upload
+replaces the files of the variants it uploads (deleting files they no longer have) and leaves every other
+variant on the branch alone. Every upload is also tagged `v<version>-<first 7 hex of the commit>`, an
+immutable name for exactly what was published (uploading the same files again makes no commit and so
+reuses the tag).
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import BuildConfig, load_config
+from .digest import violations
+from .errors import HubkernelsError, UsageError
+from .load import variant_dirs
+from .metadata import Metadata
+
+logger = logging.getLogger("hubkernels.publish")
+
+#: huggingface_hub accepts commits to `kernel` repos from 2.3 on (2.0-2.2 raise "Invalid repo type").
+MIN_HUB_CLIENT = (2, 3)
+#: The Hub rejects commits with more operations than this; bigger uploads are split into several commits.
+MAX_OPERATIONS_PER_COMMIT = 1000
+
+#: License ids the Hub's card metadata knows, by lowercase SPDX id (others are written as `other`).
+_HUB_LICENSES = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "bsl-1.0", "gpl-2.0", "gpl-3.0", "lgpl-2.1",
+                 "lgpl-3.0", "agpl-3.0", "mpl-2.0", "cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "unlicense", "isc"}
+
+
+class PublishError(HubkernelsError):
+    """The build cannot be published as it is (the message says what to fix)."""
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    """What an upload did. `commit` is the head of `branch` afterwards; `changed` is False if nothing differed."""
+
+    repo_id: str
+    branch: str
+    version: int
+    commit: str
+    tag: str | None
+    variants: tuple[str, ...]
+    deleted: tuple[str, ...]
+    changed: bool
+    url: str
+
+
+def check_client() -> None:
+    """Raise if the installed huggingface_hub cannot write kernel repos."""
+    from importlib.metadata import version
+
+    installed = version("huggingface_hub")
+    parts = tuple(int(p) for p in re.findall(r"\d+", installed)[:2])
+    if parts < MIN_HUB_CLIENT:
+        raise PublishError(f"uploading kernel repos needs huggingface_hub >= {MIN_HUB_CLIENT[0]}.{MIN_HUB_CLIENT[1]} "
+                           f"(installed: {installed}). Upgrade: pip install -U 'huggingface_hub>=2.3'")
+
+
+def _shipped_files(variant_dir: Path) -> list[Path]:
+    return sorted(p for p in variant_dir.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.relative_to(variant_dir).parts and p.suffix != ".pyc")
+
+
+def _batches(groups: list[list], limit: int = MAX_OPERATIONS_PER_COMMIT) -> list[list]:
+    """Pack per-variant operation lists into commits of at most `limit`, keeping a variant whole when it fits."""
+    out: list[list] = []
+    current: list = []
+    for group in groups:
+        if current and len(current) + len(group) > limit:
+            out.append(current)
+            current = []
+        for op in group:
+            if len(current) == limit:
+                out.append(current)
+                current = []
+            current.append(op)
+    if current:
+        out.append(current)
+    return out
+
+
+def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequence[str] | None = None,
+           private: bool = False, create_tag: bool = True) -> UploadResult:
+    """Upload the built variants of the kernel at `path` (default: all of build/) and the card; see the module doc.
+
+    `repo_id` defaults to `[general.hub] repo-id` of build.toml. Returns what was committed and tagged.
+    """
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, RepoFile
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RevisionNotFoundError
+    from huggingface_hub.utils import tqdm
+
+    from .fetch._hub import api as make_api
+
+    check_client()
+    config = load_config(path, validate_files=False)
+    repo_id = repo_id or config.general.hub.repo_id
+    if not repo_id:
+        raise UsageError(f"no repo id: pass --repo-id ORG/NAME (or repo_id=) or set [general.hub] repo-id in "
+                         f"{config.file}")
+    built = _built_variants(path, variants)
+    metas = {name: Metadata.read(d) for name, d in built.items()}
+    _check_builds(config, built, metas)
+    branch = config.branch
+    api = make_api()
+    api.create_repo(repo_id, repo_type="kernel", private=private, exist_ok=True)
+    branches = {b.name: b.target_commit for b in api.list_repo_refs(repo_id, repo_type="kernel").branches}
+    new_branch = branch not in branches
+    if new_branch:
+        api.create_branch(repo_id, branch=branch, revision="main", repo_type="kernel", exist_ok=True)
+        branches[branch] = branches["main"]
+    try:
+        remote = [f.path for f in api.list_repo_tree(repo_id, path_in_repo="build", recursive=True, revision=branch,
+                                                     repo_type="kernel") if isinstance(f, RepoFile)]
+    except (EntryNotFoundError, RevisionNotFoundError):
+        remote = []
+    groups: list[list] = []
+    deleted: list[str] = []
+    with tqdm(total=sum(len(_shipped_files(d)) for d in built.values()), desc=f"Hashing {len(built)} variant(s)",
+              unit="file", leave=False) as bar:
+        for name, vdir in built.items():
+            local = {f"build/{name}/{p.relative_to(vdir).as_posix()}": p for p in _shipped_files(vdir)}
+            ops: list = []
+            for target, p in local.items():
+                ops.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)))
+                bar.update(1)
+            stale = [r for r in remote if r.startswith(f"build/{name}/") and r not in local]
+            ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
+            deleted += stale
+            groups.append(ops)
+    if new_branch:  # a fresh branch forked from main keeps no build of another version
+        orphans = [r for r in remote if r.split("/")[1] not in built]
+        groups.append([CommitOperationDelete(path_in_repo=r) for r in orphans])
+        deleted += orphans
+    head = branches[branch]
+    start = head
+    batches = _batches([g for g in groups if g])
+    summary = f"Upload {', '.join(built)} ({config.name} v{config.general.version}) with hubkernels"
+    for i, ops in enumerate(tqdm(batches, desc=f"Committing to {repo_id}@{branch}", unit="commit", leave=False)):
+        suffix = f" (batch {i + 1}/{len(batches)})" if len(batches) > 1 else ""
+        try:
+            info = api.create_commit(repo_id, ops, commit_message=summary + suffix, revision=branch,
+                                     repo_type="kernel", parent_commit=head)
+        except HfHubHTTPError as e:
+            if e.response is None or e.response.status_code != 412:
+                raise
+            raise PublishError(f"{repo_id}@{branch} changed while uploading (someone else pushed to it); nothing "
+                               "after that point was committed. Run the upload again.") from None
+        head = info.oid
+    changed = head != start
+    tag = None
+    if create_tag:
+        tag = f"v{config.general.version}-{head[:7]}"
+        api.create_tag(repo_id, tag=tag, revision=head, repo_type="kernel", exist_ok=True,
+                       tag_message=f"{config.name} v{config.general.version}: {', '.join(built)}")
+    gone = set(deleted)
+    on_branch = {r.split("/")[1] for r in remote if r.count("/") >= 2 and r not in gone} | set(built)
+    card = render_card(config, repo_id, {**{n: None for n in sorted(on_branch)}, **metas})
+    api.create_commit(repo_id, [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
+                      commit_message=f"Update the card for {config.name} v{config.general.version}",
+                      revision="main", repo_type="kernel")
+    url = f"{api.endpoint}/kernels/{repo_id}/tree/{branch}"
+    logger.info("%s: %s %s to %s (commit %s%s)", repo_id, "uploaded" if changed else "unchanged:",
+                ", ".join(built), branch, head[:7], f", tag {tag}" if tag else "")
+    return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
+
+
+def _built_variants(path: str | Path, wanted: Sequence[str] | None) -> dict[str, Path]:
+    try:
+        _, found = variant_dirs(path)
+    except HubkernelsError as e:
+        raise PublishError(str(e)) from None
+    if wanted is None:
+        return found
+    unknown = [v for v in wanted if v not in found]
+    if unknown:
+        raise UsageError(f"not built: {', '.join(unknown)} (built: {', '.join(found)}). Run `hubkernels build` first.")
+    return {v: found[v] for v in wanted}
+
+
+def _check_builds(config: BuildConfig, built: dict[str, Path], metas: dict[str, Metadata]) -> None:
+    """Refuse stale or damaged builds; warn about dirty ones (they cannot be reproduced from a commit)."""
+    for name, meta in metas.items():
+        if meta.version != config.general.version or meta.name != config.name:
+            raise PublishError(f"build/{name} is {meta.name} v{meta.version}, but {config.file} says {config.name} "
+                               f"v{config.general.version}. Rebuild it with `hubkernels build`.")
+        problems = violations(built[name], meta.digest)
+        if problems:
+            raise PublishError(f"build/{name} does not match its metadata.json digest ({'; '.join(problems)}). "
+                               "Rebuild it with `hubkernels build` before uploading.")
+        if meta.dirty:
+            warnings.warn(f"build/{name} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
+                          "can rebuild it from a commit. Commit, rebuild and upload again for a reproducible release.",
+                          UserWarning, stacklevel=3)
+
+
+# -- the card ---------------------------------------------------------------------------------------------------
+
+
+def package_api(package_dir: Path) -> tuple[str | None, list[tuple[str, str]]]:
+    """(module docstring, [(name, first docstring line)] for `__all__`) read with `ast`, without importing."""
+    init = package_dir / "__init__.py"
+    try:
+        tree = ast.parse(init.read_text(), filename=str(init))
+    except (OSError, SyntaxError):
+        return None, []
+    exports: list[str] = []
+    docs: dict[str, str] = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+            try:
+                exports = [str(x) for x in ast.literal_eval(node.value)]
+            except ValueError:
+                pass
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node)
+            if doc:
+                docs[node.name] = doc.strip().splitlines()[0]
+    return ast.get_docstring(tree), [(name, docs.get(name, "")) for name in exports]
+
+
+def _license(spdx: str) -> str:
+    lid = spdx.strip().lower()
+    return f"license: {lid}" if lid in _HUB_LICENSES else f"license: other\nlicense_name: {spdx or 'unknown'}"
+
+
+def render_card(config: BuildConfig, repo_id: str, variants: dict[str, Metadata | None]) -> str:
+    """The README.md of the repo's main branch: what the kernel is, its API, how to load it, its variants."""
+    version = config.general.version
+    doc, exports = package_api(config.package_dir)
+    short = config.python_name.split("_")[0] if config.python_name else "kernel"
+    lines = ["---", _license(config.general.license), "tags:", "- kernels", "- hubkernels", "---", "",
+             f"# {config.name}", ""]
+    if doc:
+        lines += [doc.strip(), ""]
+    lines += ["## Load it", "", "```python", "import hubkernels", "",
+              f'{short} = hubkernels.get_kernel("{repo_id}", version={version})', "```", "",
+              "Hugging Face `kernels` loads it too:", "", "```python", "from kernels import get_kernel", "",
+              f'{short} = get_kernel("{repo_id}", version={version})', "```", "",
+              f"Version {version} lives on branch `v{version}`; every upload is also tagged "
+              f"`v{version}-<commit>`. Pin a commit with `revision=` or lock it with "
+              f"`hubkernels lock {repo_id}@v{version}`.", ""]
+    if exports:
+        lines += ["## API", "", "| name | what |", "|---|---|"]
+        lines += [f"| `{name}` | {what.replace('|', '/')} |" for name, what in exports]
+        lines.append("")
+    lines += [f"## Variants on `v{version}`", "", "| variant | backend | archs |", "|---|---|---|"]
+    for name in sorted(variants):
+        meta = variants[name]
+        backend = meta.backend_type if meta else ""
+        archs = ", ".join(meta.archs) if meta else ""
+        lines.append(f"| `{name}` | {backend} | {archs} |")
+    lines.append("")
+    sources = [f"- Upstream: {config.general.upstream}"] if config.general.upstream else []
+    sources += [f"- Source: {config.general.source}"] if config.general.source else []
+    if sources:
+        lines += ["## Source", "", *sources, ""]
+    lines += [f"License: {config.general.license or 'unspecified'}. Built from `build.toml` and published "
+              "with hubkernels.", ""]
+    return "\n".join(lines)
+
+
+# -- command line ---------------------------------------------------------------------------------------------
+
+
+def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
+    """Add `hubkernels upload`."""
+    p = subparsers.add_parser("upload", help="publish built variants to a Hub kernel repo (branch v<version>)")
+    p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml and build/)")
+    p.add_argument("--repo-id", help="ORG/NAME (default: [general.hub] repo-id)")
+    p.add_argument("--variant", action="append", dest="variants", help="upload only this variant (repeatable)")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--no-tag", dest="create_tag", action="store_false", help="do not tag the upload")
+    p.set_defaults(func=_cmd_upload)
+
+
+def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
+    result = upload(args.path, repo_id=args.repo_id, variants=args.variants, private=args.private,
+                    create_tag=args.create_tag)
+    state = "uploaded" if result.changed else "unchanged (already published)"
+    print(f"{result.repo_id}@{result.branch}: {state} {', '.join(result.variants)}")
+    print(f"  commit {result.commit}" + (f", tag {result.tag}" if result.tag else ""))
+    if result.deleted:
+        print(f"  deleted {len(result.deleted)} stale file(s)")
+    print(f'  load it: hubkernels.get_kernel("{result.repo_id}", version={result.version})')
+    print(f"  {result.url}")
+    return 0
