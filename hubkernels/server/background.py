@@ -27,7 +27,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise OSError(f"Cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 picks a free one).") \
             from None
-    sock.set_inheritable(True)
+    sock.listen(2048)  # connections made before uvicorn runs wait in the backlog instead of being refused
     return sock
 
 
