@@ -331,7 +331,7 @@ class BuildConfig:
         return [kernel for kernel in self.kernels.values() if kernel.backend == backend]
 
     def is_noarch(self, backend: str) -> bool:
-        """True when `backend` is built without native code: a `[torch-noarch]` kernel, or no `[kernel.*]` for it."""
+        """True when `backend` builds no native code: a [torch-noarch] kernel, or no [kernel.*] for it."""
         self._check_listed(backend)
         if self.torch_noarch is not None:
             return True
@@ -409,10 +409,6 @@ def load_config(path: str | Path, *, validate_files: bool = True) -> BuildConfig
 
 # --------------------------------------------------------------------------------------------------
 # Reading tables
-
-
-def _article(kind: str) -> str:
-    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def _toml_type(value: Any) -> str:
@@ -537,7 +533,7 @@ class _Table:
             self.fail(key, f"must be a string, not {_toml_type(value)}: quote it (e.g. {example})")
         value = self.typed(key, str, "a version string", example)
         if not _VERSION_RE.match(value.strip()):
-            self.fail(key, f"has {value!r}, which is not a version; write numbers separated by dots (e.g. {example})")
+            self.fail(key, f"has {value!r}, which is not a version; write dot-separated numbers (e.g. {example})")
         return value.strip()
 
     def sub(self, key: str) -> _Table | None:
@@ -608,7 +604,7 @@ class _Reader:
             )
         framework = top.sub(present[0])
         assert framework is not None
-        torch = self.torch(framework, general) if present[0] == "torch" else None
+        torch = self.torch(framework) if present[0] == "torch" else None
         noarch = self.torch_noarch(framework) if present[0] == "torch-noarch" else None
         tvm_ffi = self.tvm_ffi(framework) if present[0] == "tvm-ffi" else None
 
@@ -760,7 +756,8 @@ class _Reader:
         scheme, sep, rest = value.partition("://")
         if sep:
             if scheme not in _GIT_SCHEMES or not rest.strip("/"):
-                t.fail(key, f"has {value!r}, which is not a git URL; use one of the schemes {', '.join(_GIT_SCHEMES)}")
+                schemes = ", ".join(_GIT_SCHEMES)
+                t.fail(key, f"has {value!r}, which is not a git URL; use one of the schemes {schemes}")
             return value
         host, colon, path = value.partition(":")  # scp-like: git@github.com:org/repo.git
         if colon and host and path and not path.startswith("/") and " " not in value:
@@ -769,6 +766,7 @@ class _Reader:
 
     @staticmethod
     def kernel_depends(t: _Table) -> tuple[KernelDependency, ...]:
+        """`kernel-depends`: inline tables `{ repo-id = "o/n", version = 1 }` or `{ ..., revision = "sha" }`."""
         key = "kernel-depends"
         if key not in t.data:
             return ()
@@ -778,29 +776,7 @@ class _Reader:
         for index, entry in enumerate(entries, start=1):
             if not isinstance(entry, dict):
                 t.fail(key, f"entry {index} must be a table, not {_toml_type(entry)} (e.g. {key} = {example})")
-            for entry_key in entry:
-                if entry_key not in ("repo-id", "version", "revision"):
-                    t.fail(
-                        key,
-                        f"entry {index} has unknown key '{entry_key}' (allowed: repo-id, version, revision)."
-                        f"{_did_you_mean(entry_key, ('repo-id', 'version', 'revision'))}".rstrip(),
-                    )
-            repo_id = entry.get("repo-id")
-            if not isinstance(repo_id, str) or not _REPO_ID_RE.match(repo_id):
-                shown = "is missing repo-id" if repo_id is None else f"has repo-id {_toml_value(repo_id)}"
-                t.fail(key, f"entry {index} {shown}; write the Hub repository as repo-id = \"owner/name\"")
-            has_version, has_revision = "version" in entry, "revision" in entry
-            if has_version and has_revision:
-                t.fail(key, f"entry {index} ({repo_id}) sets both version and revision; they are mutually exclusive, keep one")
-            if not has_version and not has_revision:
-                t.fail(key, f"entry {index} ({repo_id}) needs version = <major> or revision = \"<git revision>\"")
-            version = entry.get("version")
-            if has_version and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
-                t.fail(key, f"entry {index} ({repo_id}) has version {_toml_value(version)}; write a major version number, e.g. version = 1")
-            revision = entry.get("revision")
-            if has_revision and (not isinstance(revision, str) or not revision.strip()):
-                t.fail(key, f"entry {index} ({repo_id}) has revision {_toml_value(revision)}; write a git revision string")
-            deps.append(KernelDependency(repo_id=repo_id, version=version, revision=revision))
+            deps.append(_kernel_dependency(t, f"entry {index}", entry))
         return tuple(deps)
 
     @staticmethod
@@ -814,7 +790,7 @@ class _Reader:
 
     # framework tables ----------------------------------------------------------------------------
 
-    def torch(self, t: _Table, general: General) -> TorchConfig:
+    def torch(self, t: _Table) -> TorchConfig:
         t.check_keys(("src", "include", "pyext", "minver", "maxver", "cxx-flags", "stable-abi"))
         minver = t.version("minver", 'minver = "2.12"')
         maxver = t.version("maxver", 'maxver = "2.13"')
@@ -883,15 +859,16 @@ class _Reader:
 
     @staticmethod
     def kernel(t: _Table, name: str) -> KernelConfig:
+        """One [kernel.<name>]: `backend` first, because it decides which other keys are allowed."""
         t.require("backend", 'backend = "cuda"')
         backend = t.typed("backend", str, "a string", 'backend = "cuda"')
         if backend not in KERNEL_BACKENDS:
-            extra = (
-                f"; {backend!r} kernels are built noarch: remove this table and keep {backend!r} in [general] backends"
-                if backend in BACKENDS
-                else _did_you_mean(backend, KERNEL_BACKENDS)
-            )
-            t.fail("backend", f"has {backend!r}, which cannot compile native kernels (allowed: {', '.join(KERNEL_BACKENDS)}){extra}")
+            if backend in BACKENDS:
+                extra = f" {backend} is built noarch: remove this table and keep {backend!r} in [general] backends."
+            else:
+                extra = _did_you_mean(backend, KERNEL_BACKENDS)
+            allowed = ", ".join(KERNEL_BACKENDS)
+            t.fail("backend", f"has {backend!r}, which cannot build native kernels (allowed: {allowed}).{extra}")
         allowed = _KERNEL_COMMON_KEYS + _KERNEL_BACKEND_KEYS[backend]
         hints = {
             key: f" '{key}' applies to backend '{owner}' only; this kernel's backend is '{backend}'."
@@ -901,8 +878,8 @@ class _Reader:
         }
         t.check_keys(allowed, hints)
         t.require("depends", 'depends = ["torch"]')
-        t.require("src", f'src = ["{name}/{name}.cu"]')
-        src = t.relative_paths("src", f'src = ["{name}/kernel.cpp"]', required=True)
+        suffix = {"cuda": "cu", "rocm": "cu", "metal": "mm"}.get(backend, "cpp")
+        src = t.relative_paths("src", f'src = ["{name}/{name}.{suffix}"]', required=True)
         if not src:
             t.fail("src", "is empty; list the kernel's source files, relative to the kernel root")
         return KernelConfig(
@@ -919,6 +896,30 @@ class _Reader:
             hip_flags=t.strings("hip-flags", 'hip-flags = ["-O3"]'),
             sycl_flags=t.strings("sycl-flags", 'sycl-flags = ["-O3"]'),
         )
+
+
+def _kernel_dependency(t: _Table, where: str, entry: dict[str, Any]) -> KernelDependency:
+    """One `kernel-depends` entry; `where` ("entry 2") tells the user which one is wrong."""
+    key, allowed = "kernel-depends", ("repo-id", "version", "revision")
+    for name in entry:
+        if name not in allowed:
+            hint = _did_you_mean(name, allowed)
+            t.fail(key, f"{where} has unknown key '{name}' (allowed: {', '.join(allowed)}).{hint}".rstrip())
+    repo_id = entry.get("repo-id")
+    if not isinstance(repo_id, str) or not _REPO_ID_RE.match(repo_id):
+        shown = "is missing repo-id" if repo_id is None else f"has repo-id {_toml_value(repo_id)}"
+        t.fail(key, f'{where} {shown}; write the Hub repository as repo-id = "owner/name"')
+    where = f"{where} ({repo_id})"
+    version, revision = entry.get("version"), entry.get("revision")
+    if version is not None and revision is not None:
+        t.fail(key, f"{where} sets both version and revision; they are mutually exclusive, keep one")
+    if version is None and revision is None:
+        t.fail(key, f'{where} needs version = <major> or revision = "<git revision>"')
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+        t.fail(key, f"{where} has version {_toml_value(version)}; write a major version number, e.g. version = 1")
+    if revision is not None and (not isinstance(revision, str) or not revision.strip()):
+        t.fail(key, f"{where} has revision {_toml_value(revision)}; write a git revision string")
+    return KernelDependency(repo_id=repo_id, version=version, revision=revision)
 
 
 def _cuda_capabilities(t: _Table, key: str) -> tuple[str, ...]:

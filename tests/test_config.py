@@ -72,7 +72,8 @@ def test_relu_builds_one_native_kernel_per_backend() -> None:
     assert config.framework == "torch"
     assert [k.name for k in config.kernels_for("cuda")] == ["relu"]
     assert [k.name for k in config.kernels_for("rocm")] == ["relu_rocm"]
-    assert config.kernels_for("metal")[0].src == ("relu_metal/relu.mm", "relu_metal/relu.metal", "relu_metal/common.h")
+    metal_sources = ("relu_metal/relu.mm", "relu_metal/relu.metal", "relu_metal/common.h")
+    assert config.kernels_for("metal")[0].src == metal_sources
     assert not any(config.is_noarch(b) for b in config.general.backends)
     assert config.torch_ext_dir == config.root / "torch-ext"
     assert config.package_dir == config.root / "torch-ext" / "relu"
@@ -147,7 +148,7 @@ def test_empty_torch_noarch_table_takes_the_defaults() -> None:
     ids=["snake-case (what kernel-builder's code reads)", "kebab-case (what its docs show)"],
 )
 def test_torch_noarch_accepts_both_spellings(tmp_path: Path, caps_key: str, archs_key: str) -> None:
-    text = NOARCH.replace("[torch-noarch]", f'[torch-noarch]\n{caps_key} = ["8.0", "9.0a"]\n{archs_key} = ["gfx942"]')
+    text = NOARCH + f'{caps_key} = ["8.0", "9.0a"]\n{archs_key} = ["gfx942"]\n'
     noarch = load_config(write_kernel(tmp_path, text)).torch_noarch
     assert noarch is not None
     assert noarch.cuda_capabilities == ("8.0", "9.0a")
@@ -261,6 +262,11 @@ def edit(base: str, old: str, new: str) -> str:
     return base.replace(old, new, 1)
 
 
+def in_general(line: str, base: str = BASE) -> str:
+    """`base` with one more key/value line at the end of its [general] keys."""
+    return edit(base, GENERAL_END, f"{GENERAL_END}\n{line}")
+
+
 class Bad(NamedTuple):
     id: str
     text: str
@@ -276,16 +282,46 @@ KERNEL_METAL = '\n[kernel.relu_metal]\nbackend = "metal"\ndepends = ["torch"]\ns
 MALFORMED = [
     # unknown keys, one per table
     Bad("unknown-top-level-table", BASE + "\n[test]\nmarkers = []\n", "", "test", "tests are found in tests/"),
-    Bad("unknown-key-general", edit(BASE, "license =", "licence ="), "general", "licence", "Did you mean 'license'?"),
-    Bad("unknown-key-general.hub", edit(BASE, "repo-id =", "repo_id ="), "general.hub", "repo_id", "Did you mean 'repo-id'?"),
-    Bad("unknown-key-general.cuda", BASE + '\n[general.cuda]\nmin-ver = "12.8"\n', "general.cuda", "min-ver", "Did you mean 'minver'?"),
-    Bad("unknown-key-general.xpu", BASE + '\n[general.xpu]\npython-depend = ["onednn"]\n', "general.xpu", "python-depend", "Did you mean 'python-depends'?"),
-    Bad("unknown-key-general.neuron", BASE + "\n[general.neuron]\nkernel-depend = []\n", "general.neuron", "kernel-depend", "not allowed here"),
-    Bad("unknown-key-general.tpu", BASE + "\n[general.tpu]\nkernel-depends = []\n", "general.tpu", "kernel-depends", "(allowed: python-depends)"),
-    Bad("unknown-key-torch", edit(BASE, TORCH_SRC, TORCH_SRC + '\ncxxflags = ["-O3"]'), "torch", "cxxflags", "Did you mean 'cxx-flags'?"),
-    Bad("unknown-key-torch.stable-abi", BASE + '\n[torch.stable-abi]\ncudaa = "2.11"\n', "torch.stable-abi", "cudaa", "Did you mean 'cuda'?"),
-    Bad("unknown-key-torch-noarch", NOARCH + 'cuda-capability = ["8.0"]\n', "torch-noarch", "cuda-capability", "Did you mean"),
-    Bad("unknown-key-tvm-ffi", edit(TVM_FFI, "[tvm-ffi]", '[tvm-ffi]\npyexts = ["py"]'), "tvm-ffi", "pyexts", "Did you mean 'pyext'?"),
+    Bad(
+        "unknown-key-general", edit(BASE, "license =", "licence ="),
+        "general", "licence", "Did you mean 'license'?",
+    ),
+    Bad(
+        "unknown-key-general.hub", edit(BASE, "repo-id =", "repo_id ="),
+        "general.hub", "repo_id", "Did you mean 'repo-id'?",
+    ),
+    Bad(
+        "unknown-key-general.cuda", BASE + '\n[general.cuda]\nmin-ver = "12.8"\n',
+        "general.cuda", "min-ver", "Did you mean 'minver'?",
+    ),
+    Bad(
+        "unknown-key-general.xpu", BASE + '\n[general.xpu]\npython-depend = ["onednn"]\n',
+        "general.xpu", "python-depend", "Did you mean 'python-depends'?",
+    ),
+    Bad(
+        "unknown-key-general.neuron", BASE + "\n[general.neuron]\nkernel-depend = []\n",
+        "general.neuron", "kernel-depend", "not allowed here",
+    ),
+    Bad(
+        "unknown-key-general.tpu", BASE + "\n[general.tpu]\nkernel-depends = []\n",
+        "general.tpu", "kernel-depends", "(allowed: python-depends)",
+    ),
+    Bad(
+        "unknown-key-torch", edit(BASE, TORCH_SRC, TORCH_SRC + '\ncxxflags = ["-O3"]'),
+        "torch", "cxxflags", "Did you mean 'cxx-flags'?",
+    ),
+    Bad(
+        "unknown-key-torch.stable-abi", BASE + '\n[torch.stable-abi]\ncudaa = "2.11"\n',
+        "torch.stable-abi", "cudaa", "Did you mean 'cuda'?",
+    ),
+    Bad(
+        "unknown-key-torch-noarch", NOARCH + 'cuda-capability = ["8.0"]\n',
+        "torch-noarch", "cuda-capability", "Did you mean",
+    ),
+    Bad(
+        "unknown-key-tvm-ffi", edit(TVM_FFI, "[tvm-ffi]", '[tvm-ffi]\npyexts = ["py"]'),
+        "tvm-ffi", "pyexts", "Did you mean 'pyext'?",
+    ),
     Bad(
         "unknown-key-kernel-cuda",
         edit(BASE, "cuda-capabilities =", "cuda-capabilites ="),
@@ -293,13 +329,25 @@ MALFORMED = [
         "cuda-capabilites",
         "Did you mean 'cuda-capabilities'?",
     ),
-    Bad("unknown-key-kernel-cpu", BASE + 'cuda-flags = ["-O3"]\n', "kernel.relu_cpu", "cuda-flags", "applies to backend 'cuda' only"),
-    Bad("unknown-key-kernel-rocm", BASE + KERNEL_ROCM + 'sycl-flags = ["-O3"]\n', "kernel.relu_rocm", "sycl-flags", "applies to backend 'xpu' only"),
-    Bad("unknown-key-kernel-xpu", BASE + KERNEL_XPU + 'hip-flags = ["-O3"]\n', "kernel.relu_xpu", "hip-flags", "applies to backend 'rocm' only"),
-    Bad("unknown-key-kernel-metal", BASE + KERNEL_METAL + 'cuda-capabilities = ["8.0"]\n', "kernel.relu_metal", "cuda-capabilities", "applies to backend 'cuda'"),
+    Bad(
+        "unknown-key-kernel-cpu", BASE + 'cuda-flags = ["-O3"]\n',
+        "kernel.relu_cpu", "cuda-flags", "applies to backend 'cuda' only",
+    ),
+    Bad(
+        "unknown-key-kernel-rocm", BASE + KERNEL_ROCM + 'sycl-flags = ["-O3"]\n',
+        "kernel.relu_rocm", "sycl-flags", "applies to backend 'xpu' only",
+    ),
+    Bad(
+        "unknown-key-kernel-xpu", BASE + KERNEL_XPU + 'hip-flags = ["-O3"]\n',
+        "kernel.relu_xpu", "hip-flags", "applies to backend 'rocm' only",
+    ),
+    Bad(
+        "unknown-key-kernel-metal", BASE + KERNEL_METAL + 'cuda-capabilities = ["8.0"]\n',
+        "kernel.relu_metal", "cuda-capabilities", "applies to backend 'cuda'",
+    ),
     Bad(
         "unknown-key-kernel-depends-entry",
-        edit(BASE, GENERAL_END, GENERAL_END + '\nkernel-depends = [{ repo-id = "org/act", version = 1, rev = "x" }]'),
+        in_general('kernel-depends = [{ repo-id = "org/act", version = 1, rev = "x" }]'),
         "general",
         "kernel-depends",
         "unknown key 'rev'",
@@ -311,64 +359,159 @@ MALFORMED = [
     Bad("missing-license", edit(BASE, 'license = "Apache-2.0"\n', ""), "general", "license", "is missing"),
     Bad("missing-backends", edit(BASE, GENERAL_END + "\n", ""), "general", "backends", "is missing"),
     Bad("missing-general-table", BASE[BASE.index("[torch]") :], "general", None, "is missing"),
-    Bad("missing-kernel-backend", edit(BASE, CUDA_KERNEL, "[kernel.relu_cuda]"), "kernel.relu_cuda", "backend", "is missing"),
-    Bad("missing-kernel-depends", edit(BASE, 'depends = ["torch"]\nsrc = ["relu_cuda', 'src = ["relu_cuda'), "kernel.relu_cuda", "depends", "is missing"),
-    Bad("missing-kernel-src", edit(BASE, 'src = ["relu_cpu/relu_cpu.cpp"]\n', ""), "kernel.relu_cpu", "src", "is missing"),
-    Bad("missing-tvm-ffi-src", edit(TVM_FFI, '[tvm-ffi]\nsrc = ["torch-ext/torch_binding.cpp"]', "[tvm-ffi]"), "tvm-ffi", "src", "is missing"),
+    Bad(
+        "missing-kernel-backend", edit(BASE, CUDA_KERNEL, "[kernel.relu_cuda]"),
+        "kernel.relu_cuda", "backend", "is missing",
+    ),
+    Bad(
+        "missing-kernel-depends", edit(BASE, 'depends = ["torch"]\nsrc = ["relu_cuda', 'src = ["relu_cuda'),
+        "kernel.relu_cuda", "depends", "is missing",
+    ),
+    Bad(
+        "missing-kernel-src", edit(BASE, 'src = ["relu_cpu/relu_cpu.cpp"]\n', ""),
+        "kernel.relu_cpu", "src", "is missing",
+    ),
+    Bad(
+        "missing-tvm-ffi-src", edit(TVM_FFI, '[tvm-ffi]\nsrc = ["torch-ext/torch_binding.cpp"]', "[tvm-ffi]"),
+        "tvm-ffi", "src", "is missing",
+    ),
     # wrong types
-    Bad("version-is-a-string", edit(BASE, "version = 1", 'version = "1"'), "general", "version", "must be an integer, not a string"),
-    Bad("backends-is-a-string", edit(BASE, GENERAL_END, 'backends = "cuda"'), "general", "backends", 'write backends = ["cuda"]'),
-    Bad("edition-is-a-string", edit(BASE, "edition = 5", 'edition = "5"'), "general", "edition", "must be an integer"),
-    Bad("license-is-a-number", edit(BASE, 'license = "Apache-2.0"', "license = 2"), "general", "license", "must be a string"),
+    Bad(
+        "version-is-a-string", edit(BASE, "version = 1", 'version = "1"'),
+        "general", "version", "must be an integer, not a string",
+    ),
+    Bad(
+        "backends-is-a-string", edit(BASE, GENERAL_END, 'backends = "cuda"'),
+        "general", "backends", 'write backends = ["cuda"]',
+    ),
+    Bad(
+        "edition-is-a-string", edit(BASE, "edition = 5", 'edition = "5"'),
+        "general", "edition", "must be an integer",
+    ),
+    Bad(
+        "license-is-a-number", edit(BASE, 'license = "Apache-2.0"', "license = 2"),
+        "general", "license", "must be a string",
+    ),
     Bad(
         "hub-is-not-a-table",
-        edit(edit(BASE, '[general.hub]\nrepo-id = "kernels-test/relu"\n', ""), GENERAL_END, GENERAL_END + '\nhub = "org/relu"'),
+        in_general('hub = "org/relu"', base=edit(BASE, '[general.hub]\nrepo-id = "kernels-test/relu"\n', "")),
         "general",
         "hub",
         "must be a table [general.hub]",
     ),
-    Bad("depends-is-a-string", edit(BASE, 'depends = ["torch"]', 'depends = "torch"'), "kernel.relu_cuda", "depends", "must be an array of strings"),
-    Bad("torch-minver-is-a-float", edit(BASE, TORCH_SRC, TORCH_SRC + "\nminver = 2.12"), "torch", "minver", "quote it"),
-    Bad("stable-abi-is-an-array", edit(BASE, TORCH_SRC, TORCH_SRC + '\nstable-abi = ["2.11"]'), "torch", "stable-abi", "must be a version string or a table"),
-    Bad("kernel-is-not-a-table", NOARCH + '\n[kernel]\nbackend = "cuda"\n', "kernel", "backend", "each kernel is its own table"),
-    Bad("capabilities-is-a-string", edit(BASE, 'cuda-capabilities = ["8.0", "9.0a", "12.0+PTX"]', 'cuda-capabilities = "8.0"'), "kernel.relu_cuda", "cuda-capabilities", "not a string"),
+    Bad(
+        "depends-is-a-string", edit(BASE, 'depends = ["torch"]', 'depends = "torch"'),
+        "kernel.relu_cuda", "depends", "must be an array of strings",
+    ),
+    Bad(
+        "torch-minver-is-a-float", edit(BASE, TORCH_SRC, TORCH_SRC + "\nminver = 2.12"),
+        "torch", "minver", "quote it",
+    ),
+    Bad(
+        "stable-abi-is-an-array", edit(BASE, TORCH_SRC, TORCH_SRC + '\nstable-abi = ["2.11"]'),
+        "torch", "stable-abi", "must be a version string or a table",
+    ),
+    Bad(
+        "kernel-is-not-a-table", NOARCH + '\n[kernel]\nbackend = "cuda"\n',
+        "kernel", "backend", "each kernel is its own table",
+    ),
+    Bad(
+        "capabilities-is-a-string",
+        edit(BASE, 'cuda-capabilities = ["8.0", "9.0a", "12.0+PTX"]', 'cuda-capabilities = "8.0"'),
+        "kernel.relu_cuda", "cuda-capabilities", "not a string",
+    ),
     # bad values
-    Bad("name-with-underscore", edit(BASE, 'name = "relu"', 'name = "relu_kernel"'), "general", "name", "(e.g. 'relu-kernel')"),
-    Bad("name-with-uppercase", edit(BASE, 'name = "relu"', 'name = "Relu"'), "general", "name", "not a valid kernel name"),
+    Bad(
+        "name-with-underscore", edit(BASE, 'name = "relu"', 'name = "relu_kernel"'),
+        "general", "name", "(e.g. 'relu-kernel')",
+    ),
+    Bad(
+        "name-with-uppercase", edit(BASE, 'name = "relu"', 'name = "Relu"'),
+        "general", "name", "not a valid kernel name",
+    ),
     Bad("edition-4", edit(BASE, "edition = 5", "edition = 4"), "general", "edition", "unsupported build edition 4"),
-    Bad("unknown-backend", edit(BASE, GENERAL_END, 'backends = ["cpu", "tpuu"]'), "general", "backends", "Did you mean 'tpu'?"),
+    Bad(
+        "unknown-backend", edit(BASE, GENERAL_END, 'backends = ["cpu", "tpuu"]'),
+        "general", "backends", "Did you mean 'tpu'?",
+    ),
     Bad("empty-backends", edit(BASE, GENERAL_END, "backends = []"), "general", "backends", "is empty"),
-    Bad("cuda-capability-9", edit(BASE, '"9.0a"', '"9"'), "kernel.relu_cuda", "cuda-capabilities", "'9', which is not a CUDA capability"),
-    Bad("rocm-arch-mi300", BASE + KERNEL_ROCM + 'rocm-archs = ["mi300"]\n', "kernel.relu_rocm", "rocm-archs", "not a ROCm architecture"),
-    Bad("unknown-depends", edit(BASE, 'depends = ["torch"]', 'depends = ["torch", "cutlass_3_7"]'), "kernel.relu_cuda", "depends", "'cutlass_3_7', which is not a known dependency"),
-    Bad("uncurated-python-depends", edit(BASE, GENERAL_END, GENERAL_END + '\npython-depends = ["numpy"]'), "general", "python-depends", "not a curated Python dependency"),
-    Bad("backend-python-depends-in-general", edit(BASE, GENERAL_END, GENERAL_END + '\npython-depends = ["nvidia-cutlass-dsl"]'), "general", "python-depends", "belongs in [general.cuda]"),
+    Bad(
+        "cuda-capability-9", edit(BASE, '"9.0a"', '"9"'),
+        "kernel.relu_cuda", "cuda-capabilities", "'9', which is not a CUDA capability",
+    ),
+    Bad(
+        "rocm-arch-mi300", BASE + KERNEL_ROCM + 'rocm-archs = ["mi300"]\n',
+        "kernel.relu_rocm", "rocm-archs", "not a ROCm architecture",
+    ),
+    Bad(
+        "unknown-depends", edit(BASE, 'depends = ["torch"]', 'depends = ["torch", "cutlass_3_7"]'),
+        "kernel.relu_cuda", "depends", "'cutlass_3_7', which is not a known dependency",
+    ),
+    Bad(
+        "uncurated-python-depends", in_general('python-depends = ["numpy"]'),
+        "general", "python-depends", "not a curated Python dependency",
+    ),
+    Bad(
+        "backend-python-depends-in-general",
+        in_general('python-depends = ["nvidia-cutlass-dsl"]'),
+        "general", "python-depends", "belongs in [general.cuda]",
+    ),
     Bad(
         "kernel-depends-version-and-revision",
-        edit(BASE, GENERAL_END, GENERAL_END + '\nkernel-depends = [{ repo-id = "org/act", version = 1, revision = "abc123" }]'),
+        in_general('kernel-depends = [{ repo-id = "org/act", version = 1, revision = "abc123" }]'),
         "general",
         "kernel-depends",
         "mutually exclusive",
     ),
     Bad(
         "kernel-depends-neither-version-nor-revision",
-        edit(BASE, GENERAL_END, GENERAL_END + '\nkernel-depends = [{ repo-id = "org/act" }]'),
+        in_general('kernel-depends = [{ repo-id = "org/act" }]'),
         "general",
         "kernel-depends",
         "needs version",
     ),
-    Bad("two-framework-tables", BASE + "\n[torch-noarch]\n", "torch-noarch", None, "cannot be combined with [torch]"),
+    Bad(
+        "two-framework-tables", BASE + "\n[torch-noarch]\n",
+        "torch-noarch", None, "cannot be combined with [torch]",
+    ),
     Bad("no-framework-table", edit(BASE, TORCH_SRC, ""), "", None, "has no framework table"),
-    Bad("kernel-backend-noarch-only", edit(BASE, 'backend = "cuda"', 'backend = "tpu"'), "kernel.relu_cuda", "backend", "built noarch"),
-    Bad("torch-minver-above-maxver", edit(BASE, TORCH_SRC, TORCH_SRC + '\nminver = "2.13"\nmaxver = "2.12"'), "torch", "maxver", "below minver"),
-    Bad("upstream-not-a-git-url", edit(BASE, GENERAL_END, GENERAL_END + '\nupstream = "ftp://example.com/x.git"'), "general", "upstream", "not a git URL"),
-    Bad("hub-repo-id-without-owner", edit(BASE, 'repo-id = "kernels-test/relu"', 'repo-id = "relu"'), "general.hub", "repo-id", "'owner/name'"),
-    Bad("pyext-with-dot", edit(BASE, TORCH_SRC, TORCH_SRC + '\npyext = ["py", ".json"]'), "torch", "pyext", "(write 'json')"),
-    Bad("absolute-src", edit(BASE, '"relu_cuda/relu.cu"', '"/usr/src/relu.cu"'), "kernel.relu_cuda", "src", "relative to the kernel root"),
-    Bad("noarch-both-spellings", NOARCH + 'cuda-capabilities = ["8.0"]\ncuda_capabilities = ["8.0"]\n', "torch-noarch", "cuda_capabilities", "keep one"),
-    Bad("src-file-missing", edit(BASE, '"relu_cuda/relu.cu"', '"relu_cuda/relu_missing.cu"'), "kernel.relu_cuda", "src", "'relu_cuda/relu_missing.cu', which does not exist"),
+    Bad(
+        "kernel-backend-noarch-only", edit(BASE, 'backend = "cuda"', 'backend = "tpu"'),
+        "kernel.relu_cuda", "backend", "built noarch",
+    ),
+    Bad(
+        "torch-minver-above-maxver", edit(BASE, TORCH_SRC, TORCH_SRC + '\nminver = "2.13"\nmaxver = "2.12"'),
+        "torch", "maxver", "below minver",
+    ),
+    Bad(
+        "upstream-not-a-git-url", in_general('upstream = "ftp://example.com/x.git"'),
+        "general", "upstream", "not a git URL",
+    ),
+    Bad(
+        "hub-repo-id-without-owner", edit(BASE, 'repo-id = "kernels-test/relu"', 'repo-id = "relu"'),
+        "general.hub", "repo-id", "'owner/name'",
+    ),
+    Bad(
+        "pyext-with-dot", edit(BASE, TORCH_SRC, TORCH_SRC + '\npyext = ["py", ".json"]'),
+        "torch", "pyext", "(write 'json')",
+    ),
+    Bad(
+        "absolute-src", edit(BASE, '"relu_cuda/relu.cu"', '"/usr/src/relu.cu"'),
+        "kernel.relu_cuda", "src", "relative to the kernel root",
+    ),
+    Bad(
+        "noarch-both-spellings", NOARCH + 'cuda-capabilities = ["8.0"]\ncuda_capabilities = ["8.0"]\n',
+        "torch-noarch", "cuda_capabilities", "keep one",
+    ),
+    Bad(
+        "src-file-missing", edit(BASE, '"relu_cuda/relu.cu"', '"relu_cuda/relu_missing.cu"'),
+        "kernel.relu_cuda", "src", "'relu_cuda/relu_missing.cu', which does not exist",
+    ),
     # not TOML at all
-    Bad("toml-syntax-error", edit(BASE, 'license = "Apache-2.0"', "license = Apache-2.0"), "general", None, "invalid TOML at line 5"),
+    Bad(
+        "toml-syntax-error", edit(BASE, 'license = "Apache-2.0"', "license = Apache-2.0"),
+        "general", None, "invalid TOML at line 5",
+    ),
 ]
 
 
