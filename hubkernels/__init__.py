@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "build_kernel": "hubkernels.build",
     "load_config": "hubkernels.config",
+    "ConfigError": "hubkernels.config",
     "get_local_kernel": "hubkernels.load",
     "loaded_kernels": "hubkernels.load",
     "system_variants": "hubkernels.variants",
@@ -36,7 +37,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:  # pragma: no cover
     from .build import build as build_kernel
-    from .config import load_config
+    from .config import ConfigError, load_config
     from .load import get_local_kernel, loaded_kernels
     from .platform import System, Variant
     from .variants import resolve, system_variants

@@ -81,13 +81,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_variants)
     for name in _PLUGGABLE:
-        try:
+        try:  # a stage whose optional dependencies are missing simply has no subcommand
             module = importlib.import_module(name)
+            register = getattr(module, "register_cli", None)
+            if register is not None:
+                register(sub)
         except ImportError:
             continue
-        register = getattr(module, "register_cli", None)
-        if register is not None:
-            register(sub)
     return parser
 
 
