@@ -1,0 +1,423 @@
+"""Kernelize Diffusers models and pipelines with an ltx-kernels build (LTX-Video's hot elementwise work).
+
+Diffusers marks none of its layers for kernels, so the mapping here selects modules by their exact
+classes (`LayerMatch`), never by class name (diffusers' `RMSNorm` and `torch.nn.RMSNorm` share a name
+but not attributes or eps). What gets replaced, by kind (the kernel layer or op used):
+
+| kind | modules | kernel |
+|---|---|---|
+| `RMSNorm` | `diffusers.models.normalization.RMSNorm` without bias (LTX: norm1/norm2, weightless) | `layers.RMSNorm` |
+| `TorchRMSNorm` | `torch.nn.RMSNorm` (LTX: attention q/k norms across heads, with weight) | `layers.TorchRMSNorm` |
+| `DiffusersGELU` | `diffusers.models.activations.GELU(approximate="tanh")` (the feed-forward's proj + GELU) | `layers.DiffusersGELU` |
+| `GeluTanh` | `torch.nn.GELU(approximate="tanh")` (LTX: caption projection) | `layers.GeluTanh` |
+| `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, residuals as `gated_residual` | built from the ops |
+| `LTXVideoAttnProcessor` | `LTXAttention` processor: q/k RMSNorm + RoPE as one `qk_rms_norm_rope` when RoPE is given | built from the ops |
+
+The first five are forward swaps through `hubkernels.layers.kernelize` (so `Mode`, fallbacks and
+restoring work as there); the attention prologue is an attention processor, swapped on each
+`LTXAttention` that uses diffusers' stock `LTXVideoAttnProcessor` (custom processors are left alone).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
+
+from ..layers import LayerMatch, Mode, kernelize as _kernelize_layers, kernelized_layers, use_kernel_mapping
+from ..layers.kernelize import KernelizeFallback, mode_conflict, restore_forward
+from ..layers.mode import check_kernelize_mode
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+logger = logging.getLogger(__name__)
+
+#: Every kind `kernelize` can replace, in the order reported.
+KINDS = ("RMSNorm", "TorchRMSNorm", "DiffusersGELU", "GeluTanh", "LTXVideoTransformerBlock", "LTXVideoAttnProcessor")
+
+_ORIGINAL_PROCESSOR = "_hubkernels_original_processor"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a kernel module offers
+
+
+def op_support(kernel: ModuleType, op_names: Iterable[str]) -> tuple[bool, bool]:
+    """(has_backward, can_torch_compile) of a kernel's torch ops, as registered with torch's dispatcher.
+
+    An op has a backward when an Autograd kernel is registered, and is compile-safe when it has a fake
+    (meta) implementation. Anything unreadable counts as unsupported.
+    """
+    import torch
+
+    ops = getattr(getattr(kernel, "_ops", None), "ops", None)
+    namespace = getattr(ops, "name", None)
+    if not namespace:
+        return False, False
+    backward = compile_safe = True
+    for name in op_names:
+        qualname = f"{namespace}::{name}"
+        try:
+            backward &= torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Autograd")
+            fake = torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta")
+            if not fake:
+                from torch._library.simple_registry import singleton
+
+                fake = singleton.find(qualname).fake_impl.kernel is not None
+            compile_safe &= bool(fake)
+        except Exception:  # noqa: BLE001 - an op torch cannot describe is treated as unsupported
+            return False, False
+    return bool(backward), bool(compile_safe)
+
+
+class KernelModuleLayer:
+    """A repository over an already-loaded kernel module: `kernel.layers.<name>` (or a layer built from
+    its ops). Equality is by kernel module and name, so kernelize's memo works across calls."""
+
+    def __init__(self, kernel: ModuleType, name: str, build: Optional[Callable[[ModuleType], type]] = None) -> None:
+        self.kernel = kernel
+        self.name = name
+        self._build = build
+
+    def load(self) -> type:
+        if self._build is not None:
+            return self._build(self.kernel)
+        from ..layers.repos import layer_from_kernel
+
+        return layer_from_kernel(self.kernel, self.name, self.kernel.__name__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KernelModuleLayer) and (self.kernel, self.name) == (other.kernel, other.name)
+
+    def __hash__(self) -> int:
+        return hash((id(self.kernel), self.name))
+
+    def __repr__(self) -> str:
+        return f"{self.kernel.__name__}:{self.name}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The LTX-Video block and attention processor, built from a kernel's functional ops
+
+
+_block_layers: dict[int, type] = {}
+
+
+def ltx_block_layer(kernel: ModuleType) -> type:
+    """`LTXVideoTransformerBlock.forward` with AdaLN (`rms_norm_modulate`) and the gated residuals
+    (`gated_residual`) as kernels; a stateless layer for kernelize, one class per kernel module."""
+    cached = _block_layers.get(id(kernel))
+    if cached is not None:
+        return cached
+    import torch
+    from torch import nn
+
+    rms_norm_modulate = kernel.rms_norm_modulate
+    gated_residual = kernel.gated_residual
+    has_backward, can_compile = op_support(kernel, ("rms_norm_modulate", "gated_residual"))
+
+    def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, temb: torch.Tensor,
+                image_rotary_emb: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                encoder_attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        batch_size = hidden_states.size(0)
+        dtype = hidden_states.dtype
+        table = self.scale_shift_table
+        # temb is [B, 1, 6D] (one timestep per sample) or [B, S, 6D] (per-token timesteps); the six
+        # unbound rows are strided views of one tensor, which the kernels read in place.
+        ada = table[None, None].to(device=temb.device) + temb.reshape(batch_size, temb.size(1), table.shape[0], -1)
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = ada.to(dtype).unbind(dim=2)
+        w1 = None if self.norm1.weight is None else self.norm1.weight.to(dtype)
+        w2 = None if self.norm2.weight is None else self.norm2.weight.to(dtype)
+
+        norm_hidden_states = rms_norm_modulate(hidden_states, scale_msa, shift_msa, w1, self.norm1.eps)
+        attn_hidden_states = self.attn1(hidden_states=norm_hidden_states, encoder_hidden_states=None,
+                                        image_rotary_emb=image_rotary_emb)
+        hidden_states = gated_residual(hidden_states, attn_hidden_states, gate_msa)
+
+        attn_hidden_states = self.attn2(hidden_states, encoder_hidden_states=encoder_hidden_states,
+                                        image_rotary_emb=None, attention_mask=encoder_attention_mask)
+        hidden_states = hidden_states + attn_hidden_states
+
+        norm_hidden_states = rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, self.norm2.eps)
+        ff_output = self.ff(norm_hidden_states)
+        return gated_residual(hidden_states, ff_output, gate_mlp)
+
+    layer = type("LTXVideoTransformerBlock", (nn.Module,), {
+        "forward": forward, "has_backward": has_backward, "can_torch_compile": can_compile,
+        "__module__": __name__, "__doc__": "LTX-Video block forward with fused AdaLN and gated residuals."})
+    _block_layers[id(kernel)] = layer
+    return layer
+
+
+class KernelLTXVideoAttnProcessor:
+    """Diffusers' `LTXVideoAttnProcessor` with the attention prologue fused: when RoPE is given
+    (self-attention), q/k RMSNorm + RoPE is one `qk_rms_norm_rope` call; otherwise the q/k norms run
+    as modules (themselves kernelized). Attention itself goes through `dispatch_attention_fn` with
+    this processor's `_attention_backend` / `_parallel_config`, as in the original."""
+
+    _attention_backend = None
+    _parallel_config = None
+
+    def __init__(self, kernel: ModuleType) -> None:
+        self.kernel = kernel
+        self._qk_rms_norm_rope = kernel.qk_rms_norm_rope
+        self.has_backward, self.can_torch_compile = op_support(kernel, ("qk_rms_norm_rope",))
+
+    def __call__(self, attn: "nn.Module", hidden_states: "torch.Tensor",
+                 encoder_hidden_states: Optional["torch.Tensor"] = None,
+                 attention_mask: Optional["torch.Tensor"] = None,
+                 image_rotary_emb: Optional[tuple["torch.Tensor", "torch.Tensor"]] = None) -> "torch.Tensor":
+        import torch
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
+        from diffusers.models.transformers.transformer_ltx import apply_rotary_emb
+
+        batch_size, sequence_length, _ = (
+            hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape)
+        if attention_mask is not None:
+            attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
+            attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
+        if encoder_hidden_states is None:
+            encoder_hidden_states = hidden_states
+
+        query = attn.to_q(hidden_states)
+        key = attn.to_k(encoder_hidden_states)
+        value = attn.to_v(encoder_hidden_states)
+
+        norm_q, norm_k = attn.norm_q, attn.norm_k
+        fused = (image_rotary_emb is not None and query.shape == key.shape
+                 and norm_q.weight is not None and norm_k.weight is not None
+                 and norm_q.weight.dtype == query.dtype and norm_k.weight.dtype == key.dtype
+                 and norm_q.eps == norm_k.eps and image_rotary_emb[0].dtype == torch.float32)
+        if fused:
+            cos, sin = image_rotary_emb
+            eps = norm_q.eps if norm_q.eps is not None else torch.finfo(torch.float32).eps
+            query, key = self._qk_rms_norm_rope(query, key, norm_q.weight, norm_k.weight, cos, sin, eps)
+        else:
+            query = norm_q(query)
+            key = norm_k(key)
+            if image_rotary_emb is not None:
+                query = apply_rotary_emb(query, image_rotary_emb)
+                key = apply_rotary_emb(key, image_rotary_emb)
+
+        query = query.unflatten(2, (attn.heads, -1))
+        key = key.unflatten(2, (attn.heads, -1))
+        value = value.unflatten(2, (attn.heads, -1))
+
+        hidden_states = dispatch_attention_fn(
+            query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
+            backend=self._attention_backend, parallel_config=self._parallel_config)
+        hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
+        hidden_states = attn.to_out[0](hidden_states)
+        return attn.to_out[1](hidden_states)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The mapping
+
+
+def _is_tanh(module: "nn.Module") -> bool:
+    return getattr(module, "approximate", None) == "tanh"
+
+
+def _no_bias(module: "nn.Module") -> bool:
+    return getattr(module, "bias", None) is None
+
+
+def _plain_block(block: "nn.Module") -> bool:
+    from diffusers.models.normalization import RMSNorm
+
+    norms = (getattr(block, "norm1", None), getattr(block, "norm2", None))
+    return (all(type(n) is RMSNorm and n.bias is None for n in norms)
+            and getattr(block, "scale_shift_table", None) is not None and block.scale_shift_table.shape[0] == 6)
+
+
+def ltx_mapping(kernel: ModuleType, device_type: str, exclude: Iterable[str] = ()) -> dict:
+    """The class-keyed kernel mapping for LTX-Video's layers, served by one loaded ltx-kernels module.
+
+    Use it with `hubkernels.use_kernel_mapping` and `hubkernels.kernelize`, or let `kernelize` below do
+    both. Kinds whose layer or ops the kernel lacks are left out.
+    """
+    import torch
+    from diffusers.models.activations import GELU
+    from diffusers.models.normalization import RMSNorm
+    from diffusers.models.transformers.transformer_ltx import LTXVideoTransformerBlock
+
+    layers = getattr(kernel, "layers", None)
+    entries: dict[str, tuple[LayerMatch, KernelModuleLayer]] = {
+        "RMSNorm": (LayerMatch(RMSNorm, _no_bias), KernelModuleLayer(kernel, "RMSNorm")),
+        "TorchRMSNorm": (LayerMatch(torch.nn.RMSNorm), KernelModuleLayer(kernel, "TorchRMSNorm")),
+        "DiffusersGELU": (LayerMatch(GELU, _is_tanh), KernelModuleLayer(kernel, "DiffusersGELU")),
+        "GeluTanh": (LayerMatch(torch.nn.GELU, _is_tanh), KernelModuleLayer(kernel, "GeluTanh")),
+        "LTXVideoTransformerBlock": (LayerMatch(LTXVideoTransformerBlock, _plain_block),
+                                     KernelModuleLayer(kernel, "LTXVideoTransformerBlock", ltx_block_layer)),
+    }
+    mapping = {}
+    for kind, (match, repo) in entries.items():
+        if kind in exclude:
+            continue
+        available = (all(hasattr(kernel, op) for op in ("rms_norm_modulate", "gated_residual"))
+                     if kind == "LTXVideoTransformerBlock" else hasattr(layers, kind))
+        if not available:
+            logger.info("%s offers no %s; those modules keep their forward", kernel.__name__, kind)
+            continue
+        mapping[match] = {device_type: repo}
+    return mapping
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One call for a model or a pipeline
+
+
+def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int] = None,
+              revision: Optional[str] = None, kernel: Optional[ModuleType] = None,
+              path: Union[str, Path, None] = None, mode: Mode = Mode.INFERENCE,
+              device: Union[str, "torch.device", None] = None,
+              trust_remote_code: Union[bool, list[str]] = False, exclude: Iterable[str] = ()) -> Any:
+    """Kernelize a Diffusers model or every model of a pipeline with one kernel; returns `obj`.
+
+    The kernel comes from exactly one of `repo_id` (+ `version` or `revision`, through `get_kernel`
+    and its trust policy), `path` (a local build) or `kernel` (an already loaded module). Call it
+    after moving the model to its device and before `enable_model_cpu_offload()`. What was replaced
+    is logged and left on the object as `obj._hubkernels_replaced` ({kind: module count}, see KINDS);
+    `exclude` names kinds to leave alone. Running it again with another mode re-decides every module.
+    """
+    check_kernelize_mode(mode)
+    module = _load_kernel(repo_id, version, revision, kernel, path, trust_remote_code)
+    exclude = set(exclude)
+    unknown = exclude - set(KINDS)
+    if unknown:
+        raise ValueError(f"Unknown kinds to exclude: {sorted(unknown)}; kinds are {', '.join(KINDS)}")
+
+    counts: Counter[str] = Counter()
+    for name, model in _models_of(obj):
+        device_type = _device_type(obj, model, device)
+        mapping = ltx_mapping(module, device_type, exclude)
+        with use_kernel_mapping(mapping):
+            _kernelize_layers(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
+        for layer in kernelized_layers(model).values():
+            counts[layer.__name__] += 1
+        if "LTXVideoAttnProcessor" not in exclude and hasattr(module, "qk_rms_norm_rope"):
+            counts["LTXVideoAttnProcessor"] += _swap_processors(model, module, mode)
+        else:
+            _restore_processors(model)
+    replaced = {kind: counts[kind] for kind in KINDS if counts[kind]}
+    logger.info("kernelized with %s (%s): %s", module.__name__, mode,
+                ", ".join(f"{k} x{n}" for k, n in replaced.items()) or "nothing")
+    _set_report(obj, replaced)
+    return obj
+
+
+def unkernelize(obj: Any) -> Any:
+    """Undo `kernelize`: original forwards and attention processors everywhere; returns `obj`."""
+    for _, model in _models_of(obj):
+        for module in model.modules():
+            restore_forward(module)
+        _restore_processors(model)
+    _set_report(obj, {})
+    return obj
+
+
+def _swap_processors(model: "nn.Module", kernel: ModuleType, mode: Mode) -> int:
+    from diffusers.models.transformers.transformer_ltx import LTXAttention, LTXVideoAttnProcessor
+
+    processor = None
+    swapped = 0
+    for path, attn in model.named_modules():
+        if type(attn) is not LTXAttention:
+            continue
+        current = attn.processor
+        if type(current) is KernelLTXVideoAttnProcessor:
+            original = attn.__dict__.get(_ORIGINAL_PROCESSOR, current)
+        elif type(current) is LTXVideoAttnProcessor:
+            original = current
+        else:
+            logger.info("%s uses a custom processor (%s); leaving it", path, type(current).__name__)
+            continue
+        processor = processor or KernelLTXVideoAttnProcessor(kernel)
+        conflict = mode_conflict(processor, mode)
+        if conflict is not None:
+            logger.warning("%s keeps diffusers' LTXVideoAttnProcessor: the fused processor cannot serve %s: %s",
+                           path, mode, conflict)
+            _restore_processor(attn)
+            continue
+        new = KernelLTXVideoAttnProcessor(kernel)
+        # Keep the attention backend and parallel config chosen with set_attention_backend / parallelism.
+        new._attention_backend = current._attention_backend
+        new._parallel_config = current._parallel_config
+        attn.__dict__[_ORIGINAL_PROCESSOR] = original
+        attn.set_processor(new)
+        swapped += 1
+    return swapped
+
+
+def _restore_processor(attn: "nn.Module") -> None:
+    original = attn.__dict__.pop(_ORIGINAL_PROCESSOR, None)
+    if original is not None:
+        current = attn.processor
+        original._attention_backend = current._attention_backend
+        original._parallel_config = current._parallel_config
+        attn.set_processor(original)
+
+
+def _restore_processors(model: "nn.Module") -> None:
+    for attn in model.modules():
+        _restore_processor(attn)
+
+
+def _load_kernel(repo_id: Optional[str], version: Optional[int], revision: Optional[str],
+                 kernel: Optional[ModuleType], path: Union[str, Path, None],
+                 trust_remote_code: Union[bool, list[str]]) -> ModuleType:
+    given = [name for name, v in (("repo_id", repo_id), ("kernel", kernel), ("path", path)) if v is not None]
+    if len(given) != 1:
+        raise ValueError("Pass exactly one of repo_id=<org/name> (with version= or revision=), path=<local "
+                         f"kernel build> or kernel=<loaded module>; got {', '.join(given) or 'none'}.")
+    if kernel is not None:
+        return kernel
+    if path is not None:
+        from ..load import get_local_kernel
+
+        return get_local_kernel(path)
+    from ..fetch import get_kernel
+
+    return get_kernel(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code)
+
+
+def _models_of(obj: Any) -> list[tuple[str, "nn.Module"]]:
+    from torch import nn
+
+    if isinstance(obj, nn.Module):
+        return [("", obj)]
+    components = getattr(obj, "components", None)
+    if isinstance(components, dict):
+        return [(name, m) for name, m in components.items() if isinstance(m, nn.Module)]
+    raise TypeError(f"Expected a Diffusers model (nn.Module) or pipeline, got {type(obj).__name__}")
+
+
+def _device_type(obj: Any, model: "nn.Module", device: Union[str, "torch.device", None]) -> str:
+    """The device the model computes on: explicit, else the pipeline's execution device (which sees
+    offload hooks), else the model's hook or parameters."""
+    import torch
+
+    from ..layers.device import device_type_of
+    from ..layers.kernelize import _module_device
+
+    if isinstance(device, str):
+        return device.split(":")[0]
+    if isinstance(device, torch.device):
+        return device.type
+    execution = getattr(obj, "_execution_device", None) if obj is not model else None
+    found = execution if isinstance(execution, torch.device) else _module_device(model)
+    if found is None:
+        raise ValueError(f"Cannot tell which device {type(model).__name__} runs on; pass device='cuda' or 'cpu'.")
+    return device_type_of(found)
+
+
+def _set_report(obj: Any, replaced: dict[str, int]) -> None:
+    try:
+        object.__setattr__(obj, "_hubkernels_replaced", dict(replaced))
+    except (AttributeError, TypeError):  # objects without a __dict__: the log line is the report
+        pass

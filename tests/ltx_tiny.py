@@ -1,0 +1,91 @@
+"""A small LTX-Video transformer with random weights and its inputs, for tests, the demo and benchmarks.
+
+Hidden size 128 (4 heads x 32), so hidden % 6 == 2 as in the real 2B model (2048 % 6 == 2): RoPE pads
+two channels, exactly as there. Inputs are what LTXPipeline (text-to-video, one timestep per sample)
+or LTXConditionPipeline (per-token timesteps, timestep [B, S]) pass to the transformer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+#: The tiny config of the tests; the real LTX-Video 2B is LTX_2B_CONFIG.
+TINY_CONFIG: dict[str, Any] = dict(in_channels=8, out_channels=8, num_attention_heads=4, attention_head_dim=32,
+                                   cross_attention_dim=128, caption_channels=64, num_layers=2)
+LTX_2B_CONFIG: dict[str, Any] = dict(in_channels=128, out_channels=128, num_attention_heads=32, attention_head_dim=64,
+                                     cross_attention_dim=2048, caption_channels=4096, num_layers=28)
+#: (latent frames, height, width) of the tests' video: 2 x 4 x 6 = 48 tokens.
+TINY_TOKENS = (2, 4, 6)
+
+
+def tiny_ltx(config: Optional[dict[str, Any]] = None, *, dtype: torch.dtype = torch.float32,
+             device: str | torch.device = "cpu", seed: int = 0):
+    """An LTXVideoTransformer3DModel with seeded random weights, in eval mode."""
+    from diffusers import LTXVideoTransformer3DModel
+
+    torch.manual_seed(seed)
+    model = LTXVideoTransformer3DModel(**(config or TINY_CONFIG))
+    # Larger AdaLN tables than the init (std 1/sqrt(D)) so modulation and gates visibly matter.
+    with torch.no_grad():
+        for block in model.transformer_blocks:
+            block.scale_shift_table.normal_(0.0, 0.5)
+        for name, p in model.named_parameters():
+            if name.endswith("norm_q.weight") or name.endswith("norm_k.weight"):
+                p.uniform_(0.5, 1.5)  # non-trivial q/k norm weights (they start at 1)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def ltx_inputs(config: Optional[dict[str, Any]] = None, *, batch: int = 2, tokens: tuple[int, int, int] = TINY_TOKENS,
+               text_len: int = 16, per_token_timesteps: bool = False, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu", seed: int = 1) -> dict[str, Any]:
+    """Keyword arguments for the transformer's forward (return_dict=False).
+
+    The text mask pads the last quarter of the second sample's prompt; per_token_timesteps gives every
+    video token its own timestep (timestep [B, S]), as LTXConditionPipeline does for conditioning frames.
+    """
+    cfg = config or TINY_CONFIG
+    frames, height, width = tokens
+    seq = frames * height * width
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, text_len)
+    if batch > 1:
+        mask[1, text_len - text_len // 4:] = 0
+    if per_token_timesteps:
+        timestep = torch.rand(batch, seq, generator=g) * 1000
+        timestep[:, : height * width] = 0.0  # a clean conditioning first frame
+    else:
+        timestep = torch.rand(batch, generator=g) * 1000
+    inputs = dict(
+        hidden_states=torch.randn(batch, seq, cfg["in_channels"], generator=g),
+        encoder_hidden_states=torch.randn(batch, text_len, cfg["caption_channels"], generator=g),
+        timestep=timestep,
+        encoder_attention_mask=mask,
+        num_frames=frames, height=height, width=width,
+        rope_interpolation_scale=(8 / 25, 32, 32),
+        return_dict=False,
+    )
+    for key in ("hidden_states", "encoder_hidden_states"):
+        inputs[key] = inputs[key].to(device=device, dtype=dtype)
+    for key in ("timestep", "encoder_attention_mask"):
+        inputs[key] = inputs[key].to(device=device)
+    return inputs
+
+
+def expected_replacements(num_layers: int) -> dict[str, int]:
+    """What hubkernels.integrations.diffusers.kernelize replaces in an LTX transformer, by kind.
+
+    Per block: 2 weightless diffusers RMSNorm (norm1, norm2), 4 torch.nn.RMSNorm q/k norms with weight,
+    1 feed-forward GELU-tanh (diffusers GELU), the block forward (AdaLN + gated residuals) and 2 attention
+    processors (attn1 runs the fused q/k norm + RoPE; attn2, cross-attention without RoPE, the q/k
+    norms). Per model: 1 torch.nn.GELU(tanh) in the caption projection.
+    """
+    return {
+        "RMSNorm": 2 * num_layers,
+        "TorchRMSNorm": 4 * num_layers,
+        "DiffusersGELU": num_layers,
+        "GeluTanh": 1,
+        "LTXVideoTransformerBlock": num_layers,
+        "LTXVideoAttnProcessor": 2 * num_layers,
+    }
