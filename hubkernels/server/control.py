@@ -155,41 +155,42 @@ class ControlMiddleware:
         headers = dict((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", []))
         record: dict[str, Any] = {"method": method, "path": path, "query": scope.get("query_string", b"").decode(),
                                   "status": None, "range": headers.get("range"), "fault": None}
+        # Logged on arrival and updated before each part of the answer goes out, so a client that got its
+        # answer always finds the request, with its status, in the log.
+        self.control._record(record)
         fault = self.control._take_fault(method, path)
+        if fault is not None and fault.delay_s:
+            record["fault"] = "delay"
+            await anyio.sleep(fault.delay_s)
+        if fault is not None and fault.status is not None:
+            record.update(status=fault.status, fault="status")
+            await _send_fault(send, fault)
+            return
+        truncate_after = fault.truncate_after if fault is not None else None
+        sent = 0
+
+        async def send_wrapper(message: dict) -> None:
+            nonlocal sent
+            if message["type"] == "http.response.start":
+                record["status"] = message["status"]
+            elif message["type"] == "http.response.body" and truncate_after is not None:
+                body = message.get("body", b"")
+                if sent + len(body) >= truncate_after and (body or not message.get("more_body")):
+                    record["fault"] = "truncate"
+                    await send({"type": "http.response.body", "body": body[: truncate_after - sent],
+                                "more_body": True})
+                    raise _Truncated()
+                sent += len(body)
+            await send(message)
+
         try:
-            if fault is not None and fault.delay_s:
-                await anyio.sleep(fault.delay_s)
-            if fault is not None and fault.status is not None:
-                record.update(status=fault.status, fault="status")
-                await _send_fault(send, fault)
-                return
-            truncate_after = fault.truncate_after if fault is not None else None
-            if fault is not None and truncate_after is None:
-                record["fault"] = "delay"
-            sent = 0
-
-            async def send_wrapper(message: dict) -> None:
-                nonlocal sent
-                if message["type"] == "http.response.start":
-                    record["status"] = message["status"]
-                elif message["type"] == "http.response.body" and truncate_after is not None:
-                    body = message.get("body", b"")
-                    if sent + len(body) >= truncate_after and (body or not message.get("more_body")):
-                        record["fault"] = "truncate"
-                        await send({"type": "http.response.body", "body": body[: truncate_after - sent],
-                                    "more_body": True})
-                        raise _Truncated()
-                    sent += len(body)
-                await send(message)
-
-            try:
-                await self.app(scope, receive, send_wrapper)
-            except BaseException as exc:
-                if not _contains_truncated(exc):
-                    raise
-                # Returning without finishing the body makes uvicorn close the connection.
-        finally:
-            self.control._record(record)
+            await self.app(scope, receive, send_wrapper)
+        except BaseException as exc:
+            if not _contains_truncated(exc):
+                if record["status"] is None:
+                    record["status"] = 500
+                raise
+            # Returning without finishing the body makes uvicorn close the connection.
 
 
 async def _send_fault(send: Any, fault: Fault) -> None:
