@@ -45,6 +45,7 @@ UserMapping = Mapping[Union[str, type, LayerMatch], Mapping[Union[Device, str], 
 Table = dict[Key, dict[str, DeviceRepos]]
 
 _MAPPING: ContextVar[Table] = ContextVar("hubkernels_kernel_mapping", default={})
+_LAYER_NAMES: ContextVar[dict[type, str]] = ContextVar("hubkernels_layer_names", default={})
 
 
 def current_mapping() -> Table:
@@ -106,3 +107,22 @@ def use_kernel_mapping(mapping: UserMapping, *, inherit_mapping: bool = True) ->
         yield
     finally:
         _MAPPING.reset(token)
+
+
+def layer_name_of(cls: type) -> Optional[str]:
+    """The layer name a class is extensible under: its `kernel_layer_name`, else one given by `use_layer_names`."""
+    name = getattr(cls, "kernel_layer_name", None)
+    if name is not None:
+        return str(name)
+    return _LAYER_NAMES.get().get(cls)
+
+
+@contextmanager
+def use_layer_names(names: Mapping[type, str]) -> Iterator[None]:
+    """Treat these classes as if decorated with `use_kernel_forward_from_hub(name)` inside a `with` block
+    (for classes whose decorator could not mark them, without changing the classes)."""
+    token = _LAYER_NAMES.set({**_LAYER_NAMES.get(), **names})
+    try:
+        yield
+    finally:
+        _LAYER_NAMES.reset(token)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import settings
 from .device import DEVICE_TYPES, capability_of, device_type_of
-from .globals import Key, LayerMatch, Table, current_mapping
+from .globals import Key, LayerMatch, Table, current_mapping, layer_name_of
 from .mode import Mode, check_kernelize_mode
 from .repos import RepositoryProtocol, select_repository
 
@@ -307,14 +307,14 @@ def _key_for(module: "nn.Module", class_keys: list[LayerMatch]) -> Optional[Key]
         if key.matches(module):
             return key
     cls = type(module)
-    name = getattr(cls, "kernel_layer_name", None)
+    name = layer_name_of(cls)
     if name is None:
         return None
     condition = getattr(cls, "kernel_condition", None)
     if condition is not None and not condition(module):
         logger.debug("skipping %s: its kernel_condition is false", cls.__name__)
         return None
-    return str(name)
+    return name
 
 
 def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, model_device: Any,

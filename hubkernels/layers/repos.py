@@ -6,7 +6,6 @@ custom repository classes work too. Loading is lazy: constructing one makes no r
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -106,29 +105,32 @@ class LocalLayerRepository:
 
 
 class LockedLayerRepository:
-    """A layer of a Hub kernel pinned by a lock file: the commit is read once, at construction.
-
-    `lockfile` is a JSON lock in HF `kernels`' format (`kernels lock`: a list of `{"repo_id", "sha", ...}`)
-    or the newer `{"dependency": {"repo-id"}, "lock": {"commit"}}` form; default `./kernels.lock`.
-    """
+    """A layer of a Hub kernel pinned by a lock file (`hubkernels lock`): the commit is read once, at
+    construction, and loading checks the variant's bytes against the lock (`get_kernel(lockfile=...)`)."""
 
     def __init__(self, repo_id: str, *, lockfile: Union[str, Path, None] = None, layer_name: str,
                  trust_remote_code: Union[bool, list[str]] = False) -> None:
+        from ..lock import DEFAULT_LOCKFILE, LockFileError, read_lock
+
         self.repo_id = repo_id
         self.layer_name = layer_name
-        self.lockfile = Path(lockfile) if lockfile is not None else Path.cwd() / "kernels.lock"
+        self.lockfile = Path(lockfile if lockfile is not None else DEFAULT_LOCKFILE)
         self.trust_remote_code = list(trust_remote_code) if isinstance(trust_remote_code, list) else trust_remote_code
-        self.revision = read_locked_commit(self.lockfile, repo_id)
+        entries = read_lock(self.lockfile)
+        if repo_id not in entries:
+            raise LockFileError(f"{self.lockfile} has no entry for {repo_id}. Add it with "
+                                f"`hubkernels lock {repo_id} --output {self.lockfile}`.")
+        self.revision = entries[repo_id].commit
 
     def load(self) -> "type[nn.Module]":
         from ..fetch import get_kernel
 
-        kernel = get_kernel(self.repo_id, revision=self.revision, trust_remote_code=self.trust_remote_code)
+        kernel = get_kernel(self.repo_id, lockfile=self.lockfile, trust_remote_code=self.trust_remote_code)
         return layer_from_kernel(kernel, self.layer_name, self)
 
     def _key(self) -> tuple:
         trust = tuple(self.trust_remote_code) if isinstance(self.trust_remote_code, list) else self.trust_remote_code
-        return (self.repo_id, self.layer_name, self.revision, trust)
+        return (self.repo_id, self.layer_name, self.revision, str(self.lockfile.resolve()), trust)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LockedLayerRepository) and self._key() == other._key()
@@ -138,27 +140,6 @@ class LockedLayerRepository:
 
     def __repr__(self) -> str:
         return f"LockedLayerRepository({self.repo_id!r}, layer_name={self.layer_name!r}, revision={self.revision!r})"
-
-
-def read_locked_commit(lockfile: Path, repo_id: str) -> str:
-    """The commit a lock file pins for `repo_id`; errors say how to create or fix the lock."""
-    if not lockfile.is_file():
-        raise FileNotFoundError(f"No lock file at {lockfile}. Pass lockfile=<path to kernels.lock>, or create one "
-                                "with `hubkernels lock` (or HF `kernels lock`).")
-    try:
-        entries = json.loads(lockfile.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{lockfile} is not valid JSON: {e}") from e
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict):
-            continue
-        if entry.get("repo_id") == repo_id and isinstance(entry.get("sha"), str):
-            return entry["sha"]
-        dep, lock = entry.get("dependency"), entry.get("lock")
-        if isinstance(dep, dict) and dep.get("repo-id") == repo_id and isinstance(lock, dict) \
-                and isinstance(lock.get("commit"), str):
-            return lock["commit"]
-    raise KeyError(f"{lockfile} has no lock for {repo_id!r}; add it to your kernel dependencies and re-lock.")
 
 
 _FULL_RANGE = (0, sys.maxsize)

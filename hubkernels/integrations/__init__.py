@@ -1,0 +1,10 @@
+"""Integrations: Diffusers (LTX-Video), Transformers, and the config.json opt-in for model authors.
+
+`kernelize(model)` is `hubkernels.layers.kernelize` plus two things models need in practice: the
+kernels a model's author declared in its config (`"hub_kernels"`, see docs/config-opt-in.md) and the
+layer names of transformers' decorated layers when transformers could not mark them itself.
+"""
+
+from .config import from_pretrained, kernelize, mapping_from_config
+
+__all__ = ["from_pretrained", "kernelize", "mapping_from_config"]
