@@ -1,0 +1,231 @@
+// row_norm.cuh: the skeleton of the three row ops (rms_norm, rms_norm_modulate, qk_rms_norm_rope).
+// A group of threads owns one row of K tensors (K = 2: q and k share the row index and cos/sin),
+// sums x^2 in fp32, and hands x * rsqrt(mean(x^2) + eps) to the op's epilogue, which applies
+// weight / modulation / RoPE and writes.
+//
+// Epilogue contract (rms_norm.cu has the smallest one):
+//   struct Ep {
+//     static constexpr int kNarrow;     // chunk width of the fallback path (2 keeps RoPE pairs whole)
+//     static constexpr bool kPrefetch;  // Aux streams from HBM (cos/sin): load it together with x
+//     struct Row {...};                 // pointers to column `col0` of row r, computed once
+//     __device__ Row row(int64_t r, int64_t col0) const;
+//     template <int W> struct Aux {...};  // what the epilogue reads for W columns (weight, cos, ...)
+//     template <int W> __device__ void load(const Row&, int64_t off, Aux<W>&) const;
+//     template <int W> __device__ void store(const Row&, int64_t off, const float (&v)[K][W],
+//                                            const Aux<W>&) const;
+//   };
+// v holds the normalised fp32 values of columns [col0 + off, col0 + off + W) of the row, one array
+// per tensor. In the resident kernel `off` is a compile-time constant, so each access is one base
+// register plus an immediate offset.
+//
+// Where Aux is loaded is a register budget. With kPrefetch every chunk's Aux is loaded with x,
+// before the reduction, so the HBM latencies overlap (qk_rms_norm_rope: cos/sin are 2/3 of the
+// bytes read). Otherwise Aux is L1/L2-resident (weight, [B,1,D] scale/shift) and is loaded after
+// the reduction, kAuxBatch chunks at a time, so registers hold x and little else: x in flight per
+// SM is what keeps HBM busy.
+#pragma once
+
+#include "vec.cuh"
+
+namespace ltx_cuda::detail {
+
+// The row inputs: K tensors of `rows` x `dim`, contiguous, sharing a row index.
+template <class T, int K>
+struct RowInputs {
+  const T* x[K];
+};
+
+// A block runs at least 4 warps: groups smaller than 128 threads share a block, one row each.
+__host__ __device__ constexpr int rows_per_block(int group) { return group >= 128 ? 1 : 128 / group; }
+__host__ __device__ constexpr int block_threads(int group) { return group * rows_per_block(group); }
+
+// Chunks whose (L1/L2-resident) Aux a resident thread loads at once after the reduction.
+constexpr int kAuxBatch = 2;
+
+// Register-resident: thread `lane` of the row's group holds chunks lane, lane + kGroup, ...
+// (kVecs of them, W elements each) of every tensor from the load to the write, so x is read once.
+// A warp's loads of one chunk index cover 32 * W consecutive elements (fully coalesced).
+// One row per group and no grid-stride loop: nothing is kept live across rows.
+template <class T, int W, int kGroup, int kVecs, int K, class Ep>
+__global__ void __launch_bounds__(block_threads(kGroup), 1)
+    row_norm_resident_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
+  constexpr int kRows = rows_per_block(kGroup);
+  constexpr int kStride = kGroup * W;  // columns between a thread's consecutive chunks
+  const int64_t first = linear_block_index() * kRows;
+  if (first >= rows) return;  // whole block: no group_sum partner is left waiting
+  const int lane = threadIdx.x % kGroup;
+  const int64_t row = first + threadIdx.x / kGroup;
+  const int64_t chunks = dim / W;
+  const int64_t col0 = int64_t(lane) * W;  // this thread's first column
+  // Chunks j < n of this thread lie inside the row (n = 0 past the last row: such threads only
+  // take part in the reduction).
+  int n = 0;
+  if (row < rows && lane < chunks)
+    n = static_cast<int>(min(int64_t(kVecs), (chunks - lane + kGroup - 1) / kGroup));
+
+  // Every HBM load of the row first: x, then (kPrefetch) the epilogue's streamed operands.
+  const auto rp = ep.row(row, col0);  // formed for rows past the end too, never dereferenced
+  Vec<T, W> x[K][kVecs];
+  typename Ep::template Aux<W> aux[kVecs];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const T* xr = in.x[k] + row * dim + col0;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      if (j < n)
+        x[k][j].load(xr + j * kStride);
+      else
+        x[k][j].zero();
+    }
+  }
+  if constexpr (Ep::kPrefetch) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      if (j < n) ep.load(rp, j * kStride, aux[j]);
+  }
+
+  float ss[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    ss[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+#pragma unroll
+      for (int i = 0; i < W; ++i) ss[k] = fmaf(x[k][j].f(i), x[k][j].f(i), ss[k]);
+  }
+  group_sum<kGroup, block_threads(kGroup)>(ss);
+  float inv_rms[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) inv_rms[k] = rsqrtf(ss[k] / static_cast<float>(dim) + eps);
+
+  constexpr int kBatch = Ep::kPrefetch || kVecs < kAuxBatch ? kVecs : kAuxBatch;
+#pragma unroll
+  for (int j0 = 0; j0 < kVecs; j0 += kBatch) {
+    if constexpr (!Ep::kPrefetch) {
+      // A fence ptxas keeps: without it every Aux load is hoisted to the top and the registers
+      // (so the rows in flight per SM) go to L1-resident operands.
+      __syncwarp();
+#pragma unroll
+      for (int j = j0; j < j0 + kBatch; ++j)
+        if (j < n) ep.load(rp, j * kStride, aux[j]);
+    }
+#pragma unroll
+    for (int j = j0; j < j0 + kBatch; ++j) {
+      if (j < n) {
+        float v[K][W];
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+#pragma unroll
+          for (int i = 0; i < W; ++i) v[k][i] = x[k][j].f(i) * inv_rms[k];
+        ep.store(rp, j * kStride, v, aux[j]);
+      }
+    }
+  }
+}
+
+// Two passes: for rows too long to hold in registers, and for the narrow (unaligned) path. Pass 1
+// sums x^2, pass 2 reads x again (an L1/L2 hit for rows of up to a few hundred KB) and writes.
+template <class T, int W, int kGroup, int K, class Ep>
+__global__ void __launch_bounds__(block_threads(kGroup), 1)
+    row_norm_two_pass_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
+  constexpr int kRows = rows_per_block(kGroup);
+  const int64_t first = linear_block_index() * kRows;
+  if (first >= rows) return;  // whole block
+  const int lane = threadIdx.x % kGroup;
+  const int64_t row = first + threadIdx.x / kGroup;
+  const bool active = row < rows;
+  const int64_t chunks = dim / W;
+
+  float ss[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) ss[k] = 0.0f;
+  if (active) {
+#pragma unroll 4
+    for (int64_t c = lane; c < chunks; c += kGroup) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        Vec<T, W> x;
+        x.load(in.x[k] + row * dim + c * W);
+#pragma unroll
+        for (int i = 0; i < W; ++i) ss[k] = fmaf(x.f(i), x.f(i), ss[k]);
+      }
+    }
+  }
+  group_sum<kGroup, block_threads(kGroup)>(ss);
+  if (!active) return;
+  float inv_rms[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) inv_rms[k] = rsqrtf(ss[k] / static_cast<float>(dim) + eps);
+
+  const auto rp = ep.row(row, 0);
+  for (int64_t c = lane; c < chunks; c += kGroup) {
+    typename Ep::template Aux<W> aux;
+    ep.load(rp, c * W, aux);
+    float v[K][W];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      Vec<T, W> x;
+      x.load(in.x[k] + row * dim + c * W);
+#pragma unroll
+      for (int i = 0; i < W; ++i) v[k][i] = x.f(i) * inv_rms[k];
+    }
+    ep.store(rp, c * W, v, aux);
+  }
+}
+
+template <class T, int W, int kGroup, int kVecs, int K, class Ep>
+void launch_resident(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
+                     cudaStream_t stream) {
+  const dim3 grid = linear_grid(ceil_div(rows, rows_per_block(kGroup)));
+  row_norm_resident_kernel<T, W, kGroup, kVecs, K, Ep>
+      <<<grid, block_threads(kGroup), 0, stream>>>(in, ep, rows, dim, eps);
+}
+
+template <class T, int W, int kGroup, int K, class Ep>
+void launch_two_pass(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
+                     cudaStream_t stream) {
+  const dim3 grid = linear_grid(ceil_div(rows, rows_per_block(kGroup)));
+  row_norm_two_pass_kernel<T, W, kGroup, K, Ep>
+      <<<grid, block_threads(kGroup), 0, stream>>>(in, ep, rows, dim, eps);
+}
+
+// Picks the launch shape from dim. `wide`: every row-indexed pointer is 16-byte aligned and dim is
+// a multiple of kPack<T> (the caller checks its own pointers and strides). A thread holds at most
+// 8 16-byte vectors of x (8 / K per tensor for K = 2, where cos/sin take registers too): one warp
+// per row while that covers the row (2048 bf16 / 1024 fp32 for K = 1), else 64..256 threads per
+// row, else two passes.
+template <class T, int K, class Ep>
+void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
+                     bool wide, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;  // a zero-size grid is a launch error
+  if (!wide) {
+    constexpr int N = Ep::kNarrow;
+    if (dim / N <= 1024)
+      launch_two_pass<T, N, 32, K>(in, ep, rows, dim, eps, stream);
+    else
+      launch_two_pass<T, N, 256, K>(in, ep, rows, dim, eps, stream);
+    return;
+  }
+  constexpr int W = kPack<T>;
+  const int64_t chunks = dim / W;
+  if constexpr (K == 1) {
+    if (chunks <= 32) return launch_resident<T, W, 32, 1>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 128) return launch_resident<T, W, 32, 4>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 256) return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 512) return launch_resident<T, W, 64, 8>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 1024) return launch_resident<T, W, 128, 8>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 2048) return launch_resident<T, W, 256, 8>(in, ep, rows, dim, eps, stream);
+  } else {
+    static_assert(K == 2, "rows of one or two tensors");
+    if (chunks <= 32) return launch_resident<T, W, 32, 1>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 128) return launch_resident<T, W, 64, 2>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 256) return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 512) return launch_resident<T, W, 256, 2>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 1024) return launch_resident<T, W, 256, 4>(in, ep, rows, dim, eps, stream);
+  }
+  launch_two_pass<T, W, 256, K>(in, ep, rows, dim, eps, stream);
+}
+
+}  // namespace ltx_cuda::detail
