@@ -276,10 +276,9 @@ def _check_trust(state: RepoState, remote: Remote, ref: Ref, trust_remote_code: 
     record = state.trust()
     if ref.commit in (record.get("approved_commits") or []):
         return "publisher"  # this exact commit was loaded while its publisher was trusted; commits are immutable
-    known = record.get("publisher_trusted")
     age = time.time() - float(record.get("checked_at") or 0.0)
-    if known is not None and (settings.offline() or age < settings.version_freshness_s()):
-        trusted = bool(known)
+    if record.get("publisher_trusted") is True and (settings.offline() or age < settings.version_freshness_s()):
+        trusted = True  # a refusal is never cached: an org the Hub starts trusting loads on the next call
     elif settings.offline():
         raise UntrustedKernelError(
             f"HF_HUB_OFFLINE=1, so whether {org!r} is a trusted kernel publisher cannot be checked. Load "

@@ -75,7 +75,7 @@ def is_transient(error: BaseException) -> bool:
                                         RevisionNotFoundError)
 
     if isinstance(error, (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError)):
-        return False  # LocalEntryNotFoundError included: huggingface_hub already retried with its own back-off
+        return False
     if isinstance(error, HfHubHTTPError):
         response = getattr(error, "response", None)
         return response is not None and response.status_code in _TRANSIENT_STATUS
@@ -84,19 +84,33 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, OSError) and "Consistency check failed" in str(error)
 
 
-def call(what: str, fn: Callable[[], T]) -> T:
-    """Run one Hub call, retrying transient failures; raise DownloadError naming `what` if they persist."""
-    for attempt in range(ATTEMPTS):
+def _unreachable(error: BaseException) -> bool:
+    """huggingface_hub already retried with its own back-off and gave up (the Hub could not be reached)."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    return isinstance(error, LocalEntryNotFoundError)
+
+
+def call(what: str, fn: Callable[[], T], *, attempts: int = ATTEMPTS, retry_dropped: bool = True) -> T:
+    """Run one Hub call, retrying transient failures; raise DownloadError naming `what` if they persist.
+
+    What huggingface_hub already retries is not retried again, so back-offs don't stack: paginated listings
+    pass `attempts=1`, and downloads `retry_dropped=False` (the client resumes a dropped transfer itself).
+    """
+    for attempt in range(attempts):
         try:
             return fn()
-        except Exception as e:  # noqa: BLE001 - sorted by is_transient; anything else propagates unchanged
-            if not is_transient(e):
-                raise
-            if attempt + 1 == ATTEMPTS:
+        except Exception as e:  # noqa: BLE001 - sorted below; anything else propagates unchanged
+            dropped = isinstance(e, _transport_errors())
+            retry = is_transient(e) and (retry_dropped or not dropped)
+            if not retry and not dropped and not _unreachable(e):
+                raise  # not a network problem: the caller turns it into a precise error (404s and the like)
+            if not retry or attempt + 1 == attempts:
+                tries = f"failed {attempt + 1} times" if attempt else "failed"
                 raise DownloadError(
-                    f"{what} failed {ATTEMPTS} times at {endpoint()} (last error: {_one_line(e)}). Nothing was "
-                    "loaded; files that did not download completely are never used. Try again later, check "
-                    "HF_ENDPOINT and your network, or load a copy already in the cache with HF_HUB_OFFLINE=1."
+                    f"{what} {tries} at {endpoint()} (last error: {_one_line(e)}). Nothing was loaded; files that "
+                    "did not download completely are never used. Try again later, check HF_ENDPOINT and your "
+                    "network, or load a copy already in the cache with HF_HUB_OFFLINE=1."
                 ) from e
             wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
             logger.warning("%s: %s; retrying in %.2fs", what, _one_line(e), wait)
@@ -175,7 +189,7 @@ class Remote:
                                                 revision=commit, repo_type="kernel"))
 
         try:
-            entries = call(f"listing the build variants of {self.repo_id}@{commit[:7]}", listing)
+            entries = call(f"listing the build variants of {self.repo_id}@{commit[:7]}", listing, attempts=1)
         except EntryNotFoundError:
             raise KernelNotFoundError(
                 f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this "
@@ -198,7 +212,8 @@ class Remote:
         def one(path: str) -> None:
             call(f"downloading {path} of {self.repo_id}@{commit[:7]}",
                  lambda: self.api.hf_hub_download(self.repo_id, path, repo_type="kernel", revision=commit,
-                                                  cache_dir=cache_dir, force_download=force, tqdm_class=_Quiet))
+                                                  cache_dir=cache_dir, force_download=force, tqdm_class=_Quiet),
+                 retry_dropped=False)
 
         with tqdm(total=len(paths), desc=f"Downloading {label}", unit="file", leave=False) as bar, \
                 ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:
