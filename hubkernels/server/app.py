@@ -27,7 +27,6 @@ from .storage import (
     Entry,
     HubError,
     Repo,
-    Snapshot,
     Storage,
     check_path_in_repo,
     decode_commit_lines,
@@ -251,10 +250,7 @@ def list_tree(request: Request) -> Response:
 
 
 async def paths_info(request: Request) -> Response:
-    form = parse_qs((await request.body()).decode())
-    if not form and request.headers.get("content-type", "").startswith("application/json"):
-        data = json.loads(await request.body())
-        form = {"paths": data.get("paths", []), "expand": [str(data.get("expand", False))]}
+    form = parse_qs((await request.body()).decode())  # the client posts a form: paths=a&paths=b&expand=False
     paths = form.get("paths", [])
     expand = (form.get("expand") or ["false"])[0].lower() == "true"
 
@@ -498,10 +494,7 @@ def _read_range(path: Path, start: int, length: int) -> Iterator[bytes]:
 
 def _resolve_route(prefix: str, repo_type: str) -> Route:
     def endpoint(request: Request) -> Response:
-        try:
-            return _resolve_file(request, repo_type)
-        except HubError as exc:
-            return _error_response(exc)
+        return _resolve_file(request, repo_type)
 
     return Route(f"/{prefix}{{org}}/{{name}}/resolve/{{rev}}/{{path:path}}", endpoint, methods=["GET", "HEAD"])
 

@@ -18,6 +18,11 @@ from urllib.parse import unquote
 
 import anyio
 
+try:
+    from builtins import BaseExceptionGroup
+except ImportError:  # Python 3.10: anyio's backport
+    from exceptiongroup import BaseExceptionGroup
+
 CONTROL_PREFIX = "/_hubkernels/"
 
 _fault_ids = itertools.count(1)
