@@ -31,6 +31,7 @@ os.environ["HF_HUB_DISABLE_XET"] = "1"
 os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")
 os.environ["HF_HUB_CACHE"] = str(_SESSION_TMP / "hf-cache")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("HF_TOKEN", "hf_local_test_token")  # our Hub accepts any token; some calls want one
 os.environ.pop("HF_HUB_OFFLINE", None)
 os.environ.pop("LOCAL_KERNELS", None)
 
