@@ -21,8 +21,8 @@ from torch import nn
 import ltx_reference as ref
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-HIDDEN = [1, 17, 127, 2048, 2050]  # 1, odd, below/above one vector, LTX-2B width, width + tail
-ROPE_HIDDEN = [2, 18, 128, 2048, 2050]  # RoPE needs even widths
+HIDDEN = [1, 17, 127, 2048, 2050, 4096]  # 1, odd, below/above a vector, LTX-2B width, + a tail, 13B width
+ROPE_HIDDEN = [2, 18, 128, 2048, 2050, 4096]  # RoPE needs even widths
 # Modulation / gate layouts: one row per batch, one per token, and both as `ada.unbind(2)` views of
 # a [B, T, 6, D] tensor (strided, read in place).
 FORMS = ["batch", "token", "unbind_batch", "unbind_token"]
@@ -95,8 +95,8 @@ def rand(device: str) -> Rand:
 
 
 def rows_for(dim: int) -> tuple[int, int]:
-    """(batch, tokens): a few rows, more of them when the rows are short."""
-    return (2, 4) if dim >= 2048 else (2, 5)
+    """(batch, tokens): a few rows, fewer when the rows are long."""
+    return (2, 2) if dim > 2048 else (2, 4) if dim == 2048 else (2, 5)
 
 
 def poison(*likes: torch.Tensor) -> None:
@@ -226,6 +226,66 @@ def test_qk_rms_norm_rope_matches_reference(ltx, rand: Rand, dtype, dim):
     q_ref, k_ref = ref.qk_rms_norm_rope(q, k, weight_q, weight_k, cos, sin, 1e-5)
     rand.check(q_out, q_ref, dtype)
     rand.check(k_out, k_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_modulation_layouts_that_need_a_copy(ltx, rand: Rand, dtype):
+    """scale and shift in different layouts, or with a strided last dim, still give the right answer."""
+    b, s, d = 2, 5, 40
+    x = rand.normal(b, s, d, dtype=dtype)
+    per_batch = rand.normal(b, 1, d, dtype=dtype, std=0.5)
+    per_token = rand.normal(b, s, d, dtype=dtype, std=0.5)
+    every_other = rand.normal(b, 1, 2 * d, dtype=dtype, std=0.5)[..., ::2]
+    for scale, shift in ((per_batch, per_token), (per_token, per_batch), (every_other, per_batch),
+                         (per_token, every_other)):
+        rand.check(ltx.rms_norm_modulate(x, scale, shift), ref.rms_norm_modulate(x, scale, shift), dtype)
+    rand.check(ltx.gated_residual(x, x, every_other), ref.gated_residual(x, x, every_other), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_unaligned_inputs(ltx, rand: Rand, dtype):
+    """Contiguous tensors that start one element into their storage (no 16-byte alignment)."""
+    b, s, d = 2, 3, 256
+
+    def shifted(*shape: int, dtype: torch.dtype = dtype) -> torch.Tensor:
+        n = 1
+        for k in shape:
+            n *= k
+        return rand.normal(n + 1, dtype=dtype)[1:].view(*shape)
+
+    x, y, q, k = (shifted(b, s, d) for _ in range(4))
+    scale, shift, gate, w = shifted(b, 1, d), shifted(b, 1, d), shifted(b, s, d), shifted(d)
+    cos, sin = shifted(b, s, d, dtype=torch.float32), shifted(b, s, d, dtype=torch.float32)
+    rand.check(ltx.rms_norm(x, w), ref.rms_norm(x, w), dtype)
+    rand.check(ltx.rms_norm_modulate(x, scale, shift, w), ref.rms_norm_modulate(x, scale, shift, w), dtype)
+    rand.check(ltx.gelu_tanh(x), ref.gelu_tanh(x), dtype)
+    rand.check(ltx.gated_residual(x, y, gate), ref.gated_residual(x, y, gate), dtype)
+    for got, want in zip(ltx.rope_interleaved_qk(q, k, cos, sin), ref.rope_interleaved_qk(q, k, cos, sin)):
+        rand.check(got, want, dtype)
+    for got, want in zip(ltx.qk_rms_norm_rope(q, k, w, w, cos, sin), ref.qk_rms_norm_rope(q, k, w, w, cos, sin)):
+        rand.check(got, want, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_ltx_video_shapes_on_gpu(ltx):
+    """LTX-Video 2B at 768x512, 121 frames, with guidance: [2, 6144, 2048] bf16, FF width 8192."""
+    _require_backend(ltx, "cuda")
+    rand = Rand(int(os.environ.get("LTX_TEST_SEED") or secrets.randbits(62)), "cuda")
+    b, s, d, dt = 2, 6144, 2048, torch.bfloat16
+    x, y, q, k = (rand.normal(b, s, d, dtype=dt) for _ in range(4))
+    shift, scale, gate = rand.normal(b, 1, 6, d, dtype=dt, std=0.5).unbind(2)[:3]
+    w = rand.normal(d, dtype=dt)
+    cos, sin = rand.cos_sin(b, s, d)
+    rand.check(ltx.rms_norm(x), ref.rms_norm(x), dt)
+    rand.check(ltx.rms_norm_modulate(x, scale, shift), ref.rms_norm_modulate(x, scale, shift), dt)
+    rand.check(ltx.gated_residual(x, y, gate), ref.gated_residual(x, y, gate), dt)
+    for got, want in zip(ltx.rope_interleaved_qk(q, k, cos, sin), ref.rope_interleaved_qk(q, k, cos, sin)):
+        rand.check(got, want, dt)
+    for got, want in zip(ltx.qk_rms_norm_rope(q, k, w, w, cos, sin), ref.qk_rms_norm_rope(q, k, w, w, cos, sin)):
+        rand.check(got, want, dt)
+    h = rand.normal(b, s, 4 * d, dtype=dt, std=3.0)
+    rand.check(ltx.gelu_tanh(h), ref.gelu_tanh(h), dt)
 
 
 def test_nan_stays_in_its_row(ltx, rand: Rand):
@@ -385,6 +445,23 @@ def test_torch_compile_fullgraph_matches_eager_without_recompiling(ltx):
     with torch._dynamo.config.patch(error_on_recompile=True):
         for got, want in zip(compiled(*second), block(*second)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_compile_backward_matches_eager(ltx):
+    """Training under torch.compile: the registered backward traces too, and gives eager's gradients."""
+    def block(x, ada, w):
+        shift, scale, gate = ada.unbind(2)[:3]
+        h = ltx.gelu_tanh(ltx.rms_norm_modulate(x, scale, shift, w))
+        return ltx.gated_residual(x, h, gate).square().sum() + ltx.rms_norm(x, w).sum()
+
+    r = Rand(secrets.randbits(62), "cpu")
+    args = [r.normal(2, 4, 32).requires_grad_(), r.normal(2, 1, 6, 32, std=0.5).requires_grad_(),
+            r.normal(32).requires_grad_()]
+    torch._dynamo.reset()
+    want = torch.autograd.grad(block(*args), args)
+    got = torch.autograd.grad(torch.compile(block, fullgraph=True)(*args), args)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------
