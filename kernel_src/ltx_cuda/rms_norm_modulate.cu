@@ -1,4 +1,4 @@
-// rms_norm_modulate: the rms_norm row shape (one warp per row up to 2048 bf16, the row's 16-byte vectors held in registers, one read and one write of x); scale/shift rows ([B,1,D]: L1/L2 hits; per token: one more read each) are loaded with x, before the reduction.
+// rms_norm_modulate: the rms_norm row shape (one warp per row up to 2048 bf16, the row's 16-byte vectors held in registers, one read and one write of x); scale/shift rows ([B,1,D]: L1/L2 hits; per token: one more read each) are loaded after the reduction, two vectors at a time.
 #include "row_norm.cuh"
 
 namespace ltx_cuda {
@@ -7,15 +7,15 @@ namespace {
 using namespace detail;
 
 // y = x_normalised (* weight) * (1 + scale) + shift, one rounding. scale and shift share strides:
-// row r = (b, s) reads scale[b * batch_stride + s * token_stride + col].
-template <class T>
+// row r = (b, s) reads scale[b * batch_stride + s * token_stride + col]. kWeight as in rms_norm.cu.
+template <class T, bool kWeight>
 struct ModulateEpilogue {
   static constexpr int kNarrow = 1;
-  static constexpr bool kPrefetch = false;  // weight / [B,1,D] rows: L1/L2 hits
+  static constexpr bool kPrefetch = false;  // [B,1,D] scale/shift rows are L1/L2 hits
   T* out;
   const T* scale;
   const T* shift;
-  const T* weight;  // nullable
+  const T* weight;  // used only when kWeight
   int64_t dim, tokens, batch_stride, token_stride;
 
   struct Row {
@@ -27,7 +27,7 @@ struct ModulateEpilogue {
   __device__ Row row(int64_t r, int64_t col0) const {
     const int64_t b = r / tokens, s = r - b * tokens;
     const int64_t m = b * batch_stride + s * token_stride + col0;
-    return {out + r * dim + col0, scale + m, shift + m, weight != nullptr ? weight + col0 : nullptr};
+    return {out + r * dim + col0, scale + m, shift + m, weight + col0};
   }
 
   template <int W>
@@ -36,9 +36,9 @@ struct ModulateEpilogue {
   };
   template <int W>
   __device__ void load(const Row& rp, int64_t off, Aux<W>& a) const {
-    a.scale.load(rp.scale + off);
-    a.shift.load(rp.shift + off);
-    if (rp.weight != nullptr) a.w.load(rp.weight + off);
+    a.scale.load_ordered(rp.scale + off);
+    a.shift.load_ordered(rp.shift + off);
+    if constexpr (kWeight) a.w.load_ordered(rp.weight + off);
   }
 
   template <int W>
@@ -46,12 +46,22 @@ struct ModulateEpilogue {
     Vec<T, W> y;
 #pragma unroll
     for (int i = 0; i < W; ++i) {
-      const float n = rp.weight != nullptr ? v[0][i] * a.w.f(i) : v[0][i];
+      float n = v[0][i];
+      if constexpr (kWeight) n *= a.w.f(i);
       y.set(i, fmaf(n, 1.0f + a.scale.f(i), a.shift.f(i)));
     }
     y.store(rp.out + off);
   }
 };
+
+template <class T, bool kWeight>
+void launch(const ModulateEpilogue<T, kWeight>& ep, const T* x, int64_t rows, int64_t dim,
+            float eps, cudaStream_t stream) {
+  constexpr int W = kPack<T>;
+  const bool wide = dim % W == 0 && ep.batch_stride % W == 0 && ep.token_stride % W == 0 &&
+                    aligned16({ep.out, x, ep.scale, ep.shift, ep.weight});
+  launch_row_norm<T, 1>({{x}}, ep, rows, dim, eps, wide, stream);
+}
 
 }  // namespace
 
@@ -61,13 +71,17 @@ void rms_norm_modulate(void* out, const void* x, const void* scale, const void* 
                        cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const ModulateEpilogue<T> ep{static_cast<T*>(out), static_cast<const T*>(scale),
-                                 static_cast<const T*>(shift), static_cast<const T*>(weight),
-                                 dim, tokens, mod_batch_stride, mod_token_stride};
-    constexpr int W = kPack<T>;
-    const bool wide = dim % W == 0 && mod_batch_stride % W == 0 && mod_token_stride % W == 0 &&
-                      aligned16({out, x, scale, shift, weight});
-    launch_row_norm<T, 1>({{static_cast<const T*>(x)}}, ep, rows, dim, eps, wide, stream);
+    T* o = static_cast<T*>(out);
+    const T* sc = static_cast<const T*>(scale);
+    const T* sh = static_cast<const T*>(shift);
+    const T* w = static_cast<const T*>(weight);
+    const T* xi = static_cast<const T*>(x);
+    if (w != nullptr)
+      launch(ModulateEpilogue<T, true>{o, sc, sh, w, dim, tokens, mod_batch_stride, mod_token_stride},
+             xi, rows, dim, eps, stream);
+    else
+      launch(ModulateEpilogue<T, false>{o, sc, sh, w, dim, tokens, mod_batch_stride, mod_token_stride},
+             xi, rows, dim, eps, stream);
   });
 }
 

@@ -22,7 +22,9 @@
 // before the reduction, so the HBM latencies overlap (qk_rms_norm_rope: cos/sin are 2/3 of the
 // bytes read). Otherwise Aux is L1/L2-resident (weight, [B,1,D] scale/shift) and is loaded after
 // the reduction, kAuxBatch chunks at a time, so registers hold x and little else: x in flight per
-// SM is what keeps HBM busy.
+// SM is what keeps HBM busy. Such an epilogue loads with Vec::load_ordered, which the compiler
+// cannot move above the previous batch's stores (with ld.global.nc it hoists every load to the
+// top: 106 -> 179 registers for bf16 modulate).
 #pragma once
 
 #include "vec.cuh"
@@ -102,9 +104,6 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
 #pragma unroll
   for (int j0 = 0; j0 < kVecs; j0 += kBatch) {
     if constexpr (!Ep::kPrefetch) {
-      // A fence ptxas keeps: without it every Aux load is hoisted to the top and the registers
-      // (so the rows in flight per SM) go to L1-resident operands.
-      __syncwarp();
 #pragma unroll
       for (int j = j0; j < j0 + kBatch; ++j)
         if (j < n) ep.load(rp, j * kStride, aux[j]);
@@ -191,9 +190,9 @@ void launch_two_pass(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
 
 // Picks the launch shape from dim. `wide`: every row-indexed pointer is 16-byte aligned and dim is
 // a multiple of kPack<T> (the caller checks its own pointers and strides). A thread holds at most
-// 8 16-byte vectors of x (8 / K per tensor for K = 2, where cos/sin take registers too): one warp
-// per row while that covers the row (2048 bf16 / 1024 fp32 for K = 1), else 64..256 threads per
-// row, else two passes.
+// 8 16-byte vectors of x for K = 1 and 2 per tensor for K = 2 (where cos/sin, twice the bytes of
+// x, are in registers too): one warp per row while that covers the row (2048 bf16 / 1024 fp32 for
+// K = 1), else 64..512 threads per row, else two passes.
 template <class T, int K, class Ep>
 void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
                      bool wide, cudaStream_t stream) {
@@ -223,7 +222,7 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 128) return launch_resident<T, W, 64, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 256) return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 512) return launch_resident<T, W, 256, 2>(in, ep, rows, dim, eps, stream);
-    if (chunks <= 1024) return launch_resident<T, W, 256, 4>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 1024) return launch_resident<T, W, 512, 2>(in, ep, rows, dim, eps, stream);
   }
   launch_two_pass<T, W, 256, K>(in, ep, rows, dim, eps, stream);
 }

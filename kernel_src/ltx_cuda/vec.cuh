@@ -62,6 +62,20 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
     }
   }
 
+  // A plain (coherent) load. The compiler keeps it after this thread's earlier stores (it cannot
+  // prove they do not alias), which is how the row kernels stop it from hoisting every operand
+  // load to the top of the kernel and spending the registers that should hold rows in flight.
+  __device__ __forceinline__ void load_ordered(const T* p) {
+    if constexpr (kWide) {
+#pragma unroll
+      for (int w = 0; w < kBytes / 16; ++w)
+        reinterpret_cast<uint4*>(v)[w] = reinterpret_cast<const uint4*>(p)[w];
+    } else {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] = p[i];
+    }
+  }
+
   __device__ __forceinline__ void store(T* p) const {
     if constexpr (kWide) {
 #pragma unroll
