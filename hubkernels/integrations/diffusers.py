@@ -282,8 +282,8 @@ def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int]
     The kernel comes from exactly one of `repo_id` (+ `version` or `revision`, through `get_kernel`
     and its trust policy), `path` (a local build) or `kernel` (an already loaded module). Call it
     after moving the model to its device and before `enable_model_cpu_offload()`. What was replaced
-    is logged and left on the object as `obj._hubkernels_replaced` ({kind: module count}, see KINDS);
-    `exclude` names kinds to leave alone. Running it again with another mode re-decides every module.
+    is logged and left on the object as `obj._hubkernels_replaced` ({kind: module count}, see KINDS;
+    for a pipeline the totals, and each model has its own); `exclude` names kinds to leave alone. Running it again with another mode re-decides every module.
     """
     check_kernelize_mode(mode)
     module = _load_kernel(repo_id, version, revision, kernel, path, trust_remote_code)
@@ -292,22 +292,23 @@ def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int]
     if unknown:
         raise ValueError(f"Unknown kinds to exclude: {sorted(unknown)}; kinds are {', '.join(KINDS)}")
 
-    counts: Counter[str] = Counter()
+    total: Counter[str] = Counter()
     for name, model in _models_of(obj):
         device_type = _device_type(obj, model, device)
         mapping = ltx_mapping(module, device_type, exclude)
         with use_kernel_mapping(mapping):
             _kernelize_layers(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
-        for layer in kernelized_layers(model).values():
-            counts[layer.__name__] += 1
+        counts = Counter(layer.__name__ for layer in kernelized_layers(model).values())
         if "LTXVideoAttnProcessor" not in exclude and hasattr(module, "qk_rms_norm_rope"):
             counts["LTXVideoAttnProcessor"] += _swap_processors(model, module, mode)
         else:
             _restore_processors(model)
-    replaced = {kind: counts[kind] for kind in KINDS if counts[kind]}
-    logger.info("kernelized with %s (%s): %s", module.__name__, mode,
-                ", ".join(f"{k} x{n}" for k, n in replaced.items()) or "nothing")
-    _set_report(obj, replaced)
+        replaced = {kind: counts[kind] for kind in KINDS if counts[kind]}
+        logger.info("kernelized %s with %s (%s, %s): %s", name or type(model).__name__, module.__name__, mode,
+                    device_type, ", ".join(f"{k} x{n}" for k, n in replaced.items()) or "nothing")
+        _set_report(model, replaced)
+        total.update(counts)
+    _set_report(obj, {kind: total[kind] for kind in KINDS if total[kind]})
     return obj
 
 
@@ -317,6 +318,7 @@ def unkernelize(obj: Any) -> Any:
         for module in model.modules():
             restore_forward(module)
         _restore_processors(model)
+        _set_report(model, {})
     _set_report(obj, {})
     return obj
 

@@ -1,0 +1,215 @@
+"""hubkernels.integrations.diffusers on a small LTX-Video transformer (hidden 128, 2 blocks) and a tiny
+LTXPipeline: same outputs as diffusers (fp32 and bf16, text-to-video and per-token timesteps), the
+expected modules replaced, the kernels actually running, torch.compile without graph breaks, training
+mode, attention backends, hooks added after kernelize, and undoing it all."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from hubkernels.integrations import diffusers as hd
+from hubkernels.layers import Mode, kernelized_layers
+from ltx_tiny import TINY_CONFIG, expected_replacements, ltx_inputs, tiny_ltx
+
+LAYERS = TINY_CONFIG["num_layers"]
+
+
+def backend_name(processor) -> str:
+    backend = processor._attention_backend
+    return getattr(backend, "value", backend)
+
+
+def op_calls(fn) -> dict[str, int]:
+    """How many times each ltx_kernels op ran during fn() (from the profiler's dispatcher records)."""
+    with torch.profiler.profile() as prof:
+        fn()
+    return {e.key.split("::")[-1]: e.count for e in prof.key_averages() if "ltx_kernels" in e.key and "::" in e.key}
+
+
+@pytest.mark.parametrize("per_token", [False, True], ids=["t2v", "per-token-timesteps"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_kernelized_ltx_matches_diffusers(ltx, dtype, per_token):
+    model = tiny_ltx(dtype=dtype)
+    inputs = ltx_inputs(per_token_timesteps=per_token, dtype=dtype)
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        assert hd.kernelize(model, kernel=ltx) is model
+        out = model(**inputs)[0]
+    assert model._hubkernels_replaced == expected_replacements(LAYERS)
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        return
+    torch.testing.assert_close(out.float(), ref.float(), rtol=2e-2, atol=2e-2)
+    # And no less accurate than diffusers' own bf16 forward, measured against the same model in fp64.
+    with torch.no_grad():
+        truth = tiny_ltx(dtype=torch.float64)(**ltx_inputs(per_token_timesteps=per_token, dtype=torch.float64))[0]
+    assert (out.double() - truth).norm() <= 1.2 * (ref.double() - truth).norm()
+
+
+def test_the_kernels_run_where_expected(ltx):
+    model = tiny_ltx()
+    inputs = ltx_inputs(per_token_timesteps=True)
+    hd.kernelize(model, kernel=ltx)
+    with torch.no_grad():
+        calls = op_calls(lambda: model(**inputs))
+    assert calls == {
+        "rms_norm_modulate": 2 * LAYERS,  # norm1/norm2 + AdaLN, inside the block forward
+        "gated_residual": 2 * LAYERS,  # attn1 and feed-forward residuals
+        "qk_rms_norm_rope": LAYERS,  # self-attention prologue (with RoPE)
+        "rms_norm": 2 * LAYERS,  # cross-attention q/k norms (no RoPE), as kernelized torch.nn.RMSNorm
+        "gelu_tanh": LAYERS + 1,  # feed-forwards + caption projection
+    }
+
+
+def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
+    model = tiny_ltx()
+    inputs = ltx_inputs(per_token_timesteps=True)
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        assert model._hubkernels_replaced == expected_replacements(LAYERS)
+        eager = model(**inputs)[0]
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True)  # fullgraph: any graph break is an error
+        out = compiled(**inputs)[0]
+        calls = op_calls(lambda: compiled(**inputs))
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert calls["qk_rms_norm_rope"] == LAYERS and calls["rms_norm_modulate"] == 2 * LAYERS  # still our kernels
+
+
+def test_training_mode_keeps_what_has_no_backward_and_gradients_match(ltx):
+    reference, model = tiny_ltx().train(), tiny_ltx().train()
+    inputs = ltx_inputs(per_token_timesteps=True)
+    hd.kernelize(model, kernel=ltx, mode=Mode.TRAINING)
+    expected = expected_replacements(LAYERS)
+    del expected["LTXVideoAttnProcessor"]  # qk_rms_norm_rope has no backward: diffusers' processor stays
+    assert model._hubkernels_replaced == expected
+    grads = []
+    for m in (reference, model):
+        m(**inputs)[0].square().mean().backward()
+        grads.append({n: p.grad for n, p in m.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_attention_backend_is_kept_and_unkernelize_restores_diffusers(ltx):
+    from diffusers.models.transformers.transformer_ltx import LTXVideoAttnProcessor
+
+    model = tiny_ltx()
+    inputs = ltx_inputs()
+    model.set_attention_backend("_native_math")
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        hd.kernelize(model, kernel=ltx)
+        processors = [m.processor for m in model.modules() if hasattr(m, "processor")]
+        assert {type(p) for p in processors} == {hd.KernelLTXVideoAttnProcessor}
+        assert {backend_name(p) for p in processors} == {"_native_math"}
+        torch.testing.assert_close(model(**inputs)[0], ref, rtol=1e-5, atol=1e-5)
+        model.set_attention_backend("native")  # diffusers can still switch the backend of our processors
+        assert {backend_name(p) for p in processors} == {"native"}
+        model.set_attention_backend("_native_math")
+        hd.unkernelize(model)
+        assert kernelized_layers(model) == {} and model._hubkernels_replaced == {}
+        restored = [m.processor for m in model.modules() if hasattr(m, "processor")]
+        assert {type(p) for p in restored} == {LTXVideoAttnProcessor}
+        assert {backend_name(p) for p in restored} == {"_native_math"}
+        assert torch.equal(model(**inputs)[0], ref)  # exactly diffusers again
+
+
+def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
+    from diffusers.models.transformers.transformer_ltx import LTXVideoAttnProcessor
+
+    class MyProcessor(LTXVideoAttnProcessor):
+        pass
+
+    model = tiny_ltx()
+    model.transformer_blocks[0].attn1.set_processor(MyProcessor())
+    hd.kernelize(model, kernel=ltx, exclude=["LTXVideoTransformerBlock"])
+    expected = expected_replacements(LAYERS)
+    del expected["LTXVideoTransformerBlock"]
+    expected["LTXVideoAttnProcessor"] -= 1
+    assert model._hubkernels_replaced == expected
+    assert type(model.transformer_blocks[0].attn1.processor) is MyProcessor
+    with pytest.raises(ValueError, match="Unknown kinds"):
+        hd.kernelize(model, kernel=ltx, exclude=["Attention"])
+
+
+def _add_hook(module: torch.nn.Module, calls: list) -> None:
+    """What accelerate's add_hook_to_module does (enable_model_cpu_offload, device_map offload): keep the
+    current forward in `_old_forward` and wrap it with pre/post hooks."""
+    module._old_forward = module.forward
+
+    def new_forward(module, *args, **kwargs):
+        calls.append(type(module).__name__)
+        return module._old_forward(*args, **kwargs)
+
+    module.forward = functools.update_wrapper(functools.partial(new_forward, module), module._old_forward)
+
+
+def test_kernelize_before_offload_hooks_keeps_working(ltx):
+    model = tiny_ltx()
+    inputs = ltx_inputs(per_token_timesteps=True)
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        hd.kernelize(model, kernel=ltx)
+        calls: list = []
+        _add_hook(model, calls)  # model offload hooks the top module ...
+        for block in model.transformer_blocks:  # ... sequential/group offload hooks the submodules
+            _add_hook(block, calls)
+        ops = op_calls(lambda: model(**inputs))
+        out = model(**inputs)[0]
+        assert ops["rms_norm_modulate"] == 2 * LAYERS  # the kernelized block forward runs under the hook
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        assert calls.count("LTXVideoTransformerBlock") == 2 * LAYERS
+        # kernelize again (another mode) with the hooks in place: the hooks stay, kernels swap underneath
+        hd.kernelize(model, kernel=ltx, mode=Mode.TRAINING)
+        assert model.transformer_blocks[0].forward.func.__name__ == "new_forward"
+        torch.testing.assert_close(model(**inputs)[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def tiny_pipeline():
+    """A real LTXPipeline with tiny random components (no downloads; prompts are given as embeddings)."""
+    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline
+    from transformers import T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    vae = AutoencoderKLLTXVideo(
+        in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+        decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+        decoder_layers_per_block=(1, 1, 1, 1, 1), spatio_temporal_scaling=(True, True, False, False),
+        decoder_spatio_temporal_scaling=(True, True, False, False),
+        decoder_inject_noise=(False, False, False, False, False), upsample_residual=(False, False, False, False),
+        upsample_factor=(1, 1, 1, 1), timestep_conditioning=False, patch_size=1, patch_size_t=1,
+        encoder_causal=True, decoder_causal=False)
+    text_encoder = T5EncoderModel(T5Config(vocab_size=32, d_model=64, d_kv=16, d_ff=64, num_layers=1, num_heads=4))
+    return LTXPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text_encoder,
+                       tokenizer=None, transformer=tiny_ltx())
+
+
+def test_one_call_kernelizes_a_pipeline_from_a_local_build(ltx_build):
+    pipe = tiny_pipeline()
+    embeds = torch.randn(1, 16, TINY_CONFIG["caption_channels"], generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(1, 16)
+    kwargs = dict(prompt_embeds=embeds, prompt_attention_mask=mask, negative_prompt_embeds=torch.zeros_like(embeds),
+                  negative_prompt_attention_mask=mask, height=32, width=32, num_frames=9, num_inference_steps=2,
+                  guidance_scale=3.0, output_type="pt")
+    ref = pipe(generator=torch.Generator().manual_seed(0), **kwargs).frames
+    assert hd.kernelize(pipe, path=ltx_build.path) is pipe
+    assert pipe.transformer._hubkernels_replaced == expected_replacements(LAYERS)
+    assert pipe._hubkernels_replaced["RMSNorm"] > 2 * LAYERS  # the VAE's RMSNorms too
+    out = pipe(generator=torch.Generator().manual_seed(0), **kwargs).frames
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_exactly_one_kernel_source_is_required(ltx):
+    with pytest.raises(ValueError, match="exactly one of repo_id"):
+        hd.kernelize(tiny_ltx())
+    with pytest.raises(ValueError, match="got repo_id, kernel"):
+        hd.kernelize(tiny_ltx(), repo_id="hubkernels/ltx-kernels", kernel=ltx)
+    with pytest.raises(TypeError, match="Diffusers model"):
+        hd.kernelize(object(), kernel=ltx)
