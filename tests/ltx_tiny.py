@@ -89,3 +89,24 @@ def expected_replacements(num_layers: int) -> dict[str, int]:
         "LTXVideoTransformerBlock": num_layers,
         "LTXVideoAttnProcessor": 2 * num_layers,
     }
+
+
+_published: dict[str, str] = {}
+
+
+def publish_ltx(build_path, repo_id: str = "hubkernels/ltx-kernels") -> str:
+    """Upload this checkout's ltx-kernels build to the test Hub (the `hub` fixture) once per session and repo id;
+    returns the repo id. `build_path` is the `ltx_build` fixture's variant dir (the upload takes every variant
+    under its build/)."""
+    from pathlib import Path
+
+    if repo_id not in _published:
+        import warnings
+
+        from hubkernels.publish import upload
+
+        root = Path(build_path).parent.parent
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "built from a dirty tree" while developing
+            _published[repo_id] = upload(root, repo_id=repo_id).commit
+    return repo_id
