@@ -275,6 +275,8 @@ def test_unknown_repo_version_or_revision_lists_what_exists(published, cache) ->
         get_kernel(published.repo_id, version=7, cache_dir=cache)
     with pytest.raises(KernelNotFoundError, match=r"no revision 'nope'.*branches: main, v1, v2; tags: v1-"):
         get_kernel(published.repo_id, revision="nope", cache_dir=cache)
+    with pytest.raises(KernelNotFoundError, match=f"has no commit {'0' * 40}"):
+        get_kernel(published.repo_id, revision="0" * 40, cache_dir=cache)
     with pytest.raises(UsageError, match="org/name"):
         get_kernel("no-slash", cache_dir=cache)
     with pytest.raises(UsageError, match="not both"):

@@ -95,3 +95,18 @@ def test_kernels_finds_the_version_offline_in_a_cache_we_filled(hub, ltx_repo, t
     out = run_python(f"import kernels; k = kernels.get_kernel({ltx_repo!r}, version=1); print(k.__name__)",
                      tmp_path, HF_HUB_OFFLINE="1")
     assert out.stdout.strip().startswith("_ltx_kernels_cpu_") and hub.requests() == []
+
+
+@pytest.mark.slow
+def test_bench_loader_script_measures_both_loaders(ltx_build, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "loader.json"
+    done = subprocess.run([sys.executable, "-m", "hubkernels.bench_loader", str(ROOT), "--runs", "1", "--output",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert results["hubkernels"]["warm"]["requests"] == 0 and results["hubkernels"]["warm"]["again_requests"] == 0
+    assert results["kernels"]["warm"]["requests"] > 0
+    assert "| hubkernels | " in done.stdout and "| kernels | " in done.stdout

@@ -182,7 +182,7 @@ class Remote:
     def build_tree(self, commit: str) -> dict[str, TreeEntry]:
         """Every file under build/ at `commit`, with size and hashes: one request for all variants."""
         from huggingface_hub import RepoFile
-        from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
+        from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
         def listing() -> list:
             return list(self.api.list_repo_tree(self.repo_id, path_in_repo="build", recursive=True,
@@ -194,6 +194,11 @@ class Remote:
             raise KernelNotFoundError(
                 f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this "
                 "the right revision? Versions are the v<N> branches; `hubkernels upload` publishes there."
+            ) from None
+        except RevisionNotFoundError:
+            raise KernelNotFoundError(
+                f"{self.repo_id} has no commit {commit} on {endpoint()}. Check the revision, or load a version: "
+                "get_kernel(repo_id, version=N)."
             ) from None
         except RepositoryNotFoundError as e:
             raise self.not_found(e) from None
