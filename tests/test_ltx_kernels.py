@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import inspect
 import os
+import platform
 import secrets
+import shutil
+import subprocess
 import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -326,6 +330,23 @@ def test_thread_count_does_not_change_results(ltx, rand: Rand):
         torch.set_num_threads(before)
     for a, b in zip(one, many):
         assert torch.equal(a, b)
+
+
+def test_cpu_loops_are_compiled_for_each_isa(ltx):
+    """Every ltx_cpu entry point is an ifunc over AVX-512/AVX2/baseline clones, with its loops inlined
+    into each clone: a loop left out of line is compiled once, for baseline x86-64 only (about 2x
+    slower, silently)."""
+    nm = shutil.which("nm")
+    if nm is None or platform.machine() != "x86_64":
+        pytest.skip("needs binutils' nm on x86_64")
+    (so,) = Path(ltx.__file__).parent.glob("*.so")
+    symbols = subprocess.run([nm, "-C", str(so)], capture_output=True, text=True, check=True).stdout
+    ours = [line for line in symbols.splitlines() if "ltx_cpu::" in line]
+    clones = [line for line in ours if "[clone .arch_x86_64_v4]" in line]
+    assert len(clones) == 6, "\n".join(ours)
+    out_of_line = [line for line in ours if " i " not in line and "[clone ." not in line.split(")")[-1]
+                   or ".constprop" in line or "lambda" in line]
+    assert not out_of_line, "\n".join(out_of_line)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -19,9 +19,10 @@
 #define LTX_CPU_MULTIVERSION
 #endif
 
-// Row helpers are force-inlined into each ISA clone of their caller (a helper compiled once would
-// be baseline code).
-#define LTX_INLINE inline __attribute__((always_inline))
+// Row helpers, and the per-dtype lambdas of the entry points, are force-inlined into each ISA clone
+// of their caller: a helper compiled once, out of line, would be baseline x86-64 code.
+#define LTX_ALWAYS_INLINE __attribute__((always_inline))
+#define LTX_INLINE inline LTX_ALWAYS_INLINE
 
 namespace ltx_cpu {
 

@@ -24,7 +24,7 @@ LTX_CPU_MULTIVERSION
 void gated_residual(void* out, const void* x, const void* y, const void* gate, int64_t row_begin,
                     int64_t row_end, int64_t tokens, int64_t dim, int64_t gate_batch_stride,
                     int64_t gate_token_stride, DType dtype) {
-  dispatch(dtype, [&](auto tag) {
+  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
     using T = decltype(tag);
     gated_residual_rows(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(y),
                         static_cast<const T*>(gate), row_begin, row_end, tokens, dim,

@@ -51,7 +51,7 @@ LTX_INLINE void gelu_tanh_range(T* out, const T* x, int64_t begin, int64_t end) 
 
 LTX_CPU_MULTIVERSION
 void gelu_tanh(void* out, const void* x, int64_t begin, int64_t end, DType dtype) {
-  dispatch(dtype, [&](auto tag) {
+  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
     using T = decltype(tag);
     gelu_tanh_range(static_cast<T*>(out), static_cast<const T*>(x), begin, end);
   });

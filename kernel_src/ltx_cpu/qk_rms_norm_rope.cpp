@@ -38,7 +38,7 @@ void qk_rms_norm_rope(void* q_out, void* k_out, const void* q, const void* k,
                       const void* weight_q, const void* weight_k, const float* cos,
                       const float* sin, int64_t row_begin, int64_t row_end, int64_t dim,
                       double eps, DType dtype) {
-  dispatch(dtype, [&](auto tag) {
+  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
     using T = decltype(tag);
     qk_rms_norm_rope_rows(static_cast<T*>(q_out), static_cast<T*>(k_out),
                           static_cast<const T*>(q), static_cast<const T*>(k),

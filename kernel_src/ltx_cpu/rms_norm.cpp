@@ -26,7 +26,7 @@ LTX_INLINE void rms_norm_rows(T* out, const T* x, const T* weight, int64_t row_b
 LTX_CPU_MULTIVERSION
 void rms_norm(void* out, const void* x, const void* weight, int64_t row_begin, int64_t row_end,
               int64_t dim, double eps, DType dtype) {
-  dispatch(dtype, [&](auto tag) {
+  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
     using T = decltype(tag);
     rms_norm_rows(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(weight),
                   row_begin, row_end, dim, eps);

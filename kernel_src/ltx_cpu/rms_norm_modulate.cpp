@@ -40,7 +40,7 @@ void rms_norm_modulate(void* out, const void* x, const void* scale, const void* 
                        const void* weight, int64_t row_begin, int64_t row_end, int64_t tokens,
                        int64_t dim, int64_t mod_batch_stride, int64_t mod_token_stride, double eps,
                        DType dtype) {
-  dispatch(dtype, [&](auto tag) {
+  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
     using T = decltype(tag);
     rms_norm_modulate_rows(static_cast<T*>(out), static_cast<const T*>(x),
                            static_cast<const T*>(scale), static_cast<const T*>(shift),

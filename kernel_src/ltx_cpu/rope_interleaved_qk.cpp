@@ -32,7 +32,7 @@ LTX_CPU_MULTIVERSION
 void rope_interleaved_qk(void* q_out, void* k_out, const void* q, const void* k, const float* cos,
                          const float* sin, int64_t row_begin, int64_t row_end, int64_t dim,
                          DType dtype) {
-  dispatch(dtype, [&](auto tag) {
+  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
     using T = decltype(tag);
     rope_rows(static_cast<T*>(q_out), static_cast<T*>(k_out), static_cast<const T*>(q),
               static_cast<const T*>(k), cos, sin, row_begin, row_end, dim);
