@@ -101,6 +101,7 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
   for (int k = 0; k < K; ++k) inv_rms[k] = rsqrtf(ss[k] / static_cast<float>(dim) + eps);
 
   constexpr int kBatch = Ep::kPrefetch || kVecs < kAuxBatch ? kVecs : kAuxBatch;
+  static_assert(kVecs % kBatch == 0, "batches tile the thread's chunks");
 #pragma unroll
   for (int j0 = 0; j0 < kVecs; j0 += kBatch) {
     if constexpr (!Ep::kPrefetch) {
