@@ -2,7 +2,7 @@
 
 The wheel installs the variant as the kernel's own package (`ltx_kernels`), pins the torch minor it was
 built against, and carries the variant in its version's local label so wheels of several variants of one
-kernel can sit in one index: `ltx_kernels-1+torch213.cxx11.cpu-cp39-abi3-manylinux_2_28_x86_64.whl`.
+kernel can sit in one index: `ltx_kernels-1+torch213.cxx11.cpu-cp310-abi3-manylinux_2_28_x86_64.whl`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def wheel_name(meta: Metadata, variant: Variant, manylinux: str | None) -> str:
     local = ".".join(str(variant).split("-")[:-2])  # cpu and os are in the platform tag already
     platform = (manylinux or variant.os) + "_" + (variant.cpu or "any") if variant.os == "linux" else \
         f"{variant.os}_{variant.cpu}"
-    return f"{dist}-{meta.version}+{local}-cp39-abi3-{platform}.whl"
+    return f"{dist}-{meta.version}+{local}-cp310-abi3-{platform}.whl"
 
 
 def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str | None = "manylinux_2_28") -> Path:
@@ -54,7 +54,7 @@ def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str 
             files[f"{dist}/{rel.as_posix()}"] = p.read_bytes()
     files[f"{info}/METADATA"] = "\n".join(
         ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}", f"License: {meta.license}",
-         "Requires-Python: >=3.9", *[f"Requires-Dist: {r}" for r in requires],
+         "Requires-Python: >=3.10", *[f"Requires-Dist: {r}" for r in requires],
          f"Summary: {meta.name} kernel, build variant {variant_dir.name} ({meta.id})", ""]).encode()
     files[f"{info}/WHEEL"] = "\n".join(
         ["Wheel-Version: 1.0", f"Generator: hubkernels {__version__}", "Root-Is-Purelib: false", f"Tag: {tag}", ""]

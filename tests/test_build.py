@@ -146,7 +146,7 @@ def test_variant_wheel_installs_and_runs(mini_build, tmp_path: Path) -> None:
 
     whl = build_wheel(mini_build.path, tmp_path / "dist")
     major, minor = System.current().torch_version
-    assert whl.name == f"mini_relu-1+torch{major}{minor}.cxx11.cpu-cp39-abi3-manylinux_2_28_x86_64.whl"
+    assert whl.name == f"mini_relu-1+torch{major}{minor}.cxx11.cpu-cp310-abi3-manylinux_2_28_x86_64.whl"
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(whl)],
                    check=True)
