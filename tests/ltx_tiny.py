@@ -22,55 +22,22 @@ TINY_TOKENS = (2, 4, 6)
 
 def tiny_ltx(config: Optional[dict[str, Any]] = None, *, dtype: torch.dtype = torch.float32,
              device: str | torch.device = "cpu", seed: int = 0):
-    """An LTXVideoTransformer3DModel with seeded random weights, in eval mode."""
-    from diffusers import LTXVideoTransformer3DModel
+    """An LTXVideoTransformer3DModel with seeded random weights (strong AdaLN tables, non-unit q/k norm
+    weights, so they matter in comparisons), in eval mode."""
+    from hubkernels.integrations.ltx_bench import build_ltx
 
-    torch.manual_seed(seed)
-    model = LTXVideoTransformer3DModel(**(config or TINY_CONFIG))
-    # Larger AdaLN tables than the init (std 1/sqrt(D)) so modulation and gates visibly matter.
-    with torch.no_grad():
-        for block in model.transformer_blocks:
-            block.scale_shift_table.normal_(0.0, 0.5)
-        for name, p in model.named_parameters():
-            if name.endswith("norm_q.weight") or name.endswith("norm_k.weight"):
-                p.uniform_(0.5, 1.5)  # non-trivial q/k norm weights (they start at 1)
-    return model.to(device=device, dtype=dtype).eval()
+    return build_ltx(config or TINY_CONFIG, dtype=dtype, device=device, seed=seed)
 
 
 def ltx_inputs(config: Optional[dict[str, Any]] = None, *, batch: int = 2, tokens: tuple[int, int, int] = TINY_TOKENS,
                text_len: int = 16, per_token_timesteps: bool = False, dtype: torch.dtype = torch.float32,
                device: str | torch.device = "cpu", seed: int = 1) -> dict[str, Any]:
-    """Keyword arguments for the transformer's forward (return_dict=False).
+    """Keyword arguments for the transformer's forward (return_dict=False): text-to-video (timestep [B]) or,
+    with per_token_timesteps, timestep [B, S] as LTXConditionPipeline passes it; see ltx_bench.ltx_inputs."""
+    from hubkernels.integrations.ltx_bench import ltx_inputs as bench_inputs
 
-    The text mask pads the last quarter of the second sample's prompt; per_token_timesteps gives every
-    video token its own timestep (timestep [B, S]), as LTXConditionPipeline does for conditioning frames.
-    """
-    cfg = config or TINY_CONFIG
-    frames, height, width = tokens
-    seq = frames * height * width
-    g = torch.Generator().manual_seed(seed)
-    mask = torch.ones(batch, text_len)
-    if batch > 1:
-        mask[1, text_len - text_len // 4:] = 0
-    if per_token_timesteps:
-        timestep = torch.rand(batch, seq, generator=g) * 1000
-        timestep[:, : height * width] = 0.0  # a clean conditioning first frame
-    else:
-        timestep = torch.rand(batch, generator=g) * 1000
-    inputs = dict(
-        hidden_states=torch.randn(batch, seq, cfg["in_channels"], generator=g),
-        encoder_hidden_states=torch.randn(batch, text_len, cfg["caption_channels"], generator=g),
-        timestep=timestep,
-        encoder_attention_mask=mask,
-        num_frames=frames, height=height, width=width,
-        rope_interpolation_scale=(8 / 25, 32, 32),
-        return_dict=False,
-    )
-    for key in ("hidden_states", "encoder_hidden_states"):
-        inputs[key] = inputs[key].to(device=device, dtype=dtype)
-    for key in ("timestep", "encoder_attention_mask"):
-        inputs[key] = inputs[key].to(device=device)
-    return inputs
+    return bench_inputs(config or TINY_CONFIG, batch=batch, tokens_shape=tokens, text_len=text_len,
+                        per_token_timesteps=per_token_timesteps, dtype=dtype, device=device, seed=seed)
 
 
 def expected_replacements(num_layers: int) -> dict[str, int]:
