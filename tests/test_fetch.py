@@ -128,6 +128,19 @@ def test_warm_load_in_a_new_process_makes_no_request(hub, published, cache) -> N
     assert hub.requests() == []
 
 
+@pytest.mark.slow
+def test_ranks_starting_together_share_one_cache(hub, published, cache) -> None:
+    code = f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=2).VALUE)"
+    env = {**os.environ, "HF_HUB_CACHE": str(cache)}
+    ranks = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    results = [r.communicate(timeout=300) for r in ranks]
+    assert [out.strip() for out, _ in results] == ["2"] * 4, [err[-2000:] for _, err in results]
+    hub.reset_requests()
+    run_python(code, cache)  # the next job on this node: nothing left to ask
+    assert hub.requests() == []
+
+
 def test_versions_are_asked_again_after_the_freshness_window_but_commits_never(hub, published, cache) -> None:
     get_kernel(published.repo_id, version=1, cache_dir=cache)
     hub.reset_requests()
