@@ -23,6 +23,7 @@ from .digest import violations
 from .errors import HubkernelsError, UsageError
 from .load import variant_dirs
 from .metadata import Metadata
+from .platform import Variant
 
 logger = logging.getLogger("hubkernels.publish")
 
@@ -112,7 +113,7 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     _check_builds(config, built, metas)
     branch = config.branch
     api = make_api()
-    api.create_repo(repo_id, repo_type="kernel", private=private, exist_ok=True)
+    repo_url = api.create_repo(repo_id, repo_type="kernel", private=private, exist_ok=True)
     branches = {b.name: b.target_commit for b in api.list_repo_refs(repo_id, repo_type="kernel").branches}
     new_branch = branch not in branches
     if new_branch:
@@ -168,7 +169,7 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     api.create_commit(repo_id, [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
                       commit_message=f"Update the card for {config.name} v{config.general.version}",
                       revision="main", repo_type="kernel")
-    url = f"{api.endpoint}/kernels/{repo_id}/tree/{branch}"
+    url = f"{repo_url}/tree/{branch}"
     logger.info("%s: %s %s to %s (commit %s%s)", repo_id, "uploaded" if changed else "unchanged:",
                 ", ".join(built), branch, head[:7], f", tag {tag}" if tag else "")
     return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
@@ -235,6 +236,13 @@ def _license(spdx: str) -> str:
     return f"license: {lid}" if lid in _HUB_LICENSES else f"license: other\nlicense_name: {spdx or 'unknown'}"
 
 
+def _backend_of(variant: str) -> str:
+    try:
+        return Variant.parse(variant).backend
+    except ValueError:
+        return ""
+
+
 def render_card(config: BuildConfig, repo_id: str, variants: dict[str, Metadata | None]) -> str:
     """The README.md of the repo's main branch: what the kernel is, its API, how to load it, its variants."""
     version = config.general.version
@@ -258,7 +266,7 @@ def render_card(config: BuildConfig, repo_id: str, variants: dict[str, Metadata 
     lines += [f"## Variants on `v{version}`", "", "| variant | backend | archs |", "|---|---|---|"]
     for name in sorted(variants):
         meta = variants[name]
-        backend = meta.backend_type if meta else ""
+        backend = meta.backend_type if meta else _backend_of(name)
         archs = ", ".join(meta.archs) if meta else ""
         lines.append(f"| `{name}` | {backend} | {archs} |")
     lines.append("")

@@ -131,6 +131,10 @@ def test_second_upload_replaces_one_variant_and_leaves_the_others(hub, tmp_path:
     assert cuda_before and {p: after[p] for p in cuda_before} == cuda_before  # untouched, file for file
     assert [p for p in after if p.startswith("build/torch-cuda/")] == list(cuda_before)
     assert second.tag == f"v1-{second.commit[:7]}" and second.tag != first.tag  # one immutable tag per upload
+    from huggingface_hub import hf_hub_download
+
+    card = Path(hf_hub_download(repo_id, "README.md", repo_type="kernel", cache_dir=tmp_path / "c")).read_text()
+    assert "| `torch-cpu` | cpu |" in card and "| `torch-cuda` | cuda |" in card  # the card lists both still
 
 
 def test_a_new_version_goes_to_its_own_branch(hub, tmp_path: Path) -> None:
