@@ -12,7 +12,7 @@ import torch
 
 from hubkernels.integrations import diffusers as hd
 from hubkernels.layers import Mode, kernelized_layers
-from ltx_tiny import TINY_CONFIG, expected_replacements, ltx_inputs, tiny_ltx
+from ltx_tiny import TINY_CONFIG, expected_replacements, ltx_inputs, publish_ltx, tiny_ltx
 
 LAYERS = TINY_CONFIG["num_layers"]
 
@@ -213,3 +213,35 @@ def test_exactly_one_kernel_source_is_required(ltx):
         hd.kernelize(tiny_ltx(), repo_id="hubkernels/ltx-kernels", kernel=ltx)
     with pytest.raises(TypeError, match="Diffusers model"):
         hd.kernelize(object(), kernel=ltx)
+
+
+def test_kernelize_from_the_hub_by_repo_id(hub, ltx_build):
+    repo_id = publish_ltx(ltx_build.path, "hubkernels/ltx-kernels")
+    model = tiny_ltx()
+    inputs = ltx_inputs()
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        hd.kernelize(model, repo_id=repo_id, version=1)
+        out = model(**inputs)[0]
+    assert model._hubkernels_replaced == expected_replacements(LAYERS)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_token", [False, True], ids=["t2v", "per-token-timesteps"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_kernelized_ltx_on_cuda_matches_diffusers_eager_and_compiled(ltx, dtype, per_token):
+    model = tiny_ltx(dtype=dtype, device="cuda")
+    inputs = ltx_inputs(per_token_timesteps=per_token, dtype=dtype, device="cuda")
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    with torch.no_grad():
+        ref = model(**inputs)[0].float()
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        assert model._hubkernels_replaced == expected_replacements(LAYERS)
+        calls = op_calls(lambda: model(**inputs))
+        eager = model(**inputs)[0].float()
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True)(**inputs)[0].float()
+    assert calls["qk_rms_norm_rope"] == LAYERS and calls["gated_residual"] == 2 * LAYERS
+    torch.testing.assert_close(eager, ref, **tol)
+    torch.testing.assert_close(compiled, ref, **tol)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import hubkernels.integrations as hki
-from hubkernels.layers import LayerRepository, Mode, kernelized_layers, use_kernel_mapping
+from hubkernels.integrations.transformers import ltx_kernels_mapping
+from hubkernels.layers import Mode, kernelized_layers, use_kernel_mapping
 from ltx_tiny import publish_ltx
 
 REPO = "hubkernels/ltx-kernels"
@@ -49,18 +50,13 @@ def saved(name, tmp_path):
     return cls, cls.from_pretrained(tmp_path).eval()
 
 
-def hub_mapping():
-    return {"RMSNorm": {"cpu": LayerRepository(REPO, layer_name="LlamaRMSNorm", version=1)},
-            "GeluTanh": {"cpu": LayerRepository(REPO, layer_name="GeluTanh", version=1)}}
-
-
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_hubkernels_kernelize_takes_transformers_models_as_they_are(name, tmp_path, hub, ltx_build):
     publish_ltx(ltx_build.path, REPO)
     _, model = saved(name, tmp_path)
     with torch.no_grad():
         ref = model(IDS).logits
-        with use_kernel_mapping(hub_mapping()):
+        with use_kernel_mapping(ltx_kernels_mapping(REPO, version=1)):
             assert hki.kernelize(model, mode=Mode.INFERENCE) is model
         with torch.profiler.profile() as prof:
             out = model(IDS).logits

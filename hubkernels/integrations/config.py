@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 from ..layers import LayerMatch, LayerRepository, Mode, kernelize as _kernelize_layers, use_kernel_mapping
 from ..layers.device import DEVICE_TYPES
 from ..layers.globals import current_mapping, layer_name_of, use_layer_names
-from ..layers.kernelize import KernelizeFallback, _device_type, _model_device, load_layer, validate_layer
+from ..layers.kernelize import KernelizeFallback, device_type_for, load_layer, validate_layer
 from . import transformers as _transformers
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None, device: Union[
     with use_layer_names(names):
         mapping = {}
         if raw_entries(model) is not None:
-            device_type = _device_type(_model_device(model, device), device)
+            device_type = device_type_for(model, device)
             mapping = mapping_from_config(model, device_type, trust_remote_code=trust_remote_code)
         with use_kernel_mapping(mapping):
             return _kernelize_layers(model, mode=mode, device=device, use_fallback=use_fallback)

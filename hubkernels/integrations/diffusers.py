@@ -405,14 +405,14 @@ def _device_type(obj: Any, model: "nn.Module", device: Union[str, "torch.device"
     import torch
 
     from ..layers.device import device_type_of
-    from ..layers.kernelize import _module_device
+    from ..layers.kernelize import module_device
 
     if isinstance(device, str):
         return device.split(":")[0]
     if isinstance(device, torch.device):
         return device.type
     execution = getattr(obj, "_execution_device", None) if obj is not model else None
-    found = execution if isinstance(execution, torch.device) else _module_device(model)
+    found = execution if isinstance(execution, torch.device) else module_device(model)
     if found is None:
         raise ValueError(f"Cannot tell which device {type(model).__name__} runs on; pass device='cuda' or 'cpu'.")
     return device_type_of(found)

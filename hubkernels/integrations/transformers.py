@@ -80,3 +80,20 @@ def layer_names(model: "nn.Module") -> dict[type, str]:
 def is_transformers_model(model: object) -> bool:
     """Whether `model` is a transformers PreTrainedModel (without importing transformers)."""
     return any(getattr(k, "__module__", "").startswith("transformers.") for k in type(model).__mro__)
+
+
+#: transformers' layer names that an ltx-kernels layer computes exactly (GELUTanh, NewGELU and FastGELU are
+#: all 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))).
+LTX_KERNELS_LAYERS = {"RMSNorm": "LlamaRMSNorm", "GeluTanh": "GeluTanh", "NewGELU": "GeluTanh", "FastGELU": "GeluTanh"}
+
+
+def ltx_kernels_mapping(repo_id: str, *, version: Optional[int] = None, revision: Optional[str] = None,
+                        devices: tuple[str, ...] = ("cuda", "cpu"),
+                        trust_remote_code: bool | list[str] = False) -> dict:
+    """A kernel mapping of transformers' RMSNorm and GELU-tanh layer names to an ltx-kernels repo, for
+    `hubkernels.use_kernel_mapping` / `register_kernel_mapping`."""
+    from ..layers import LayerRepository
+
+    return {name: {device: LayerRepository(repo_id, layer_name=layer, version=version, revision=revision,
+                                           trust_remote_code=trust_remote_code) for device in devices}
+            for name, layer in LTX_KERNELS_LAYERS.items()}

@@ -231,7 +231,7 @@ class _Decision:
     label: str
     layer: Optional[type] = None
     reason: Optional[str] = None
-    why: KernelizeFallback = KernelizeFallback.NONE
+    quiet: bool = False  # an expected outcome (no mapping, mapping disabled): logged at INFO, not WARNING
 
 
 def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
@@ -271,13 +271,12 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
             if key is None:
                 if _ORIGINAL in target.__dict__:  # kernelized before, unmapped now: back to the original
                     decisions.append(_Decision(target, target_path, type(target).__qualname__,
-                                               reason="no kernel mapping for it any more",
-                                               why=KernelizeFallback.NO_LAYER))
+                                               reason="no kernel mapping for it any more", quiet=True))
                 continue
             label = key if isinstance(key, str) else str(key)
             decision = _Decision(target, target_path or type(target).__name__, label)
             if disabled:
-                decision.reason = "DISABLE_KERNEL_MAPPING is set"
+                decision.reason, decision.quiet = "DISABLE_KERNEL_MAPPING is set", True
             else:
                 _plan(decision, key, table, mode, device_type, model_device, fallback, capabilities)
             decisions.append(decision)
@@ -290,13 +289,13 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
             replaced[f"{d.label} -> {d.layer.__qualname__}"] += 1
         else:
             restore_forward(d.module)
-            kept[(d.label, d.reason or "", d.why == KernelizeFallback.NO_LAYER)] += 1
+            kept[(d.label, d.reason or "", d.quiet)] += 1
     if replaced:
         logger.info("kernelize (%s, %s): replaced %s", mode, device_type,
                     ", ".join(f"{k} x{n}" for k, n in replaced.items()))
-    for (label, reason, unmapped), n in kept.items():
+    for (label, reason, quiet), n in kept.items():
         # Most marked layers of a model have no mapping: that is normal, not worth a warning.
-        logger.log(logging.INFO if unmapped else logging.WARNING,
+        logger.log(logging.INFO if quiet else logging.WARNING,
                    "kernelize (%s, %s): %d module(s) of layer %s keep their original forward: %s",
                    mode, device_type, n, label, reason)
     return model
@@ -322,7 +321,7 @@ def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, mo
     def keep(flag: KernelizeFallback, reason: str) -> None:
         if flag not in fallback:
             raise ValueError(f"Cannot kernelize {d.path} ({d.label}): {reason}.")
-        d.reason, d.why = reason, flag
+        d.reason, d.quiet = reason, flag == KernelizeFallback.NO_LAYER
 
     by_device = table.get(key)
     if by_device is None:
@@ -333,7 +332,7 @@ def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, mo
                                                  f"(mapped: {', '.join(sorted(by_device))})")
     capability = None
     if device_type in ("cuda", "rocm"):
-        dev = _module_device(d.module) or model_device
+        dev = module_device(d.module) or model_device
         cache_key = getattr(dev, "index", None)
         if cache_key not in capabilities:
             capabilities[cache_key] = capability_of(dev)
@@ -362,7 +361,9 @@ def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, mo
     d.layer = layer
 
 
-def _module_device(module: "nn.Module") -> Optional["torch.device"]:
+def module_device(module: "nn.Module") -> Optional["torch.device"]:
+    """Where a module computes: its accelerate hook's execution device, else its first non-meta
+    parameter or buffer; None if it has neither."""
     hook = module.__dict__.get("_hf_hook")
     execution = getattr(hook, "execution_device", None)
     if execution is not None:
@@ -387,7 +388,12 @@ def _model_device(model: "nn.Module", device: Union[str, "torch.device", None]) 
             return torch.device(device)
         except RuntimeError:
             return None
-    return _module_device(model)
+    return module_device(model)
+
+
+def device_type_for(model: "nn.Module", device: Union[str, "torch.device", None] = None) -> str:
+    """The mapping device type kernelize uses for `model` (explicit `device`, else where the model computes)."""
+    return _device_type(_model_device(model, device), device)
 
 
 def _device_type(model_device: Optional["torch.device"], device: Union[str, "torch.device", None]) -> str:
