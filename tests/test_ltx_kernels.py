@@ -646,3 +646,23 @@ def test_rmsnorm_layer_backward_matches_module(ltx):
     (gx_got, gw_got) = torch.autograd.grad(_bind(ltx.layers.RMSNorm, module)(x), (x, module.weight), g)
     torch.testing.assert_close(gx_got, gx_want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(gw_got, gw_want, rtol=1e-5, atol=1e-5)
+
+
+def test_layers_trace_under_torch_compile(ltx):
+    """can_torch_compile = True: a model whose norms and activations run the layers compiles as one graph."""
+    from diffusers.models.activations import GELU
+    from diffusers.models.normalization import RMSNorm
+
+    seed = secrets.randbits(62)
+    torch.manual_seed(seed)
+    model = nn.Sequential(RMSNorm(32, eps=1e-6, elementwise_affine=False), GELU(32, 64, approximate="tanh"),
+                          nn.RMSNorm(64, eps=None), nn.GELU(approximate="tanh"))
+    x = Rand(seed, "cpu").normal(2, 3, 32)
+    with torch.no_grad():
+        want = model(x)
+        for module, layer in zip(model, ("RMSNorm", "DiffusersGELU", "TorchRMSNorm", "GeluTanh")):
+            assert getattr(ltx.layers, layer).can_torch_compile
+            module.forward = _bind(getattr(ltx.layers, layer), module)
+        torch._dynamo.reset()
+        got = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
