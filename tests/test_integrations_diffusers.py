@@ -121,6 +121,23 @@ def test_attention_backend_is_kept_and_unkernelize_restores_diffusers(ltx):
         assert torch.equal(model(**inputs)[0], ref)  # exactly diffusers again
 
 
+def test_a_kernelized_model_can_be_deep_copied(ltx):
+    """EMA copies, pipelines cloning components: deepcopy keeps the kernels and the copy is independent."""
+    import copy
+
+    model = tiny_ltx()
+    inputs = ltx_inputs()
+    hd.kernelize(model, kernel=ltx)
+    clone = copy.deepcopy(model)
+    assert set(kernelized_layers(clone)) == set(kernelized_layers(model))
+    with torch.no_grad():
+        assert torch.equal(clone(**inputs)[0], model(**inputs)[0])
+        calls = op_calls(lambda: clone(**inputs))
+        clone.transformer_blocks[0].ff.net[2].weight.zero_()
+        assert not torch.equal(clone(**inputs)[0], model(**inputs)[0])  # bound to the copy's own weights
+    assert calls["qk_rms_norm_rope"] == LAYERS
+
+
 def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
     from diffusers.models.transformers.transformer_ltx import LTXVideoAttnProcessor
 

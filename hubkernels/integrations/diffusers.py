@@ -163,8 +163,7 @@ class KernelLTXVideoAttnProcessor:
     _parallel_config = None
 
     def __init__(self, kernel: ModuleType) -> None:
-        self.kernel = kernel
-        self._qk_rms_norm_rope = kernel.qk_rms_norm_rope
+        self._qk_rms_norm_rope = kernel.qk_rms_norm_rope  # the function only: processors must deepcopy
         self.has_backward, self.can_torch_compile = op_support(kernel, ("qk_rms_norm_rope",))
 
     def __call__(self, attn: "nn.Module", hidden_states: "torch.Tensor",
