@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 
@@ -51,11 +52,14 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
   T v[N];
 
   // Read-only loads go through the non-coherent path (ld.global.nc); inputs never alias outputs.
+  // The 16-byte words move in and out of v with memcpy (no type punning; compiles to register moves).
   __device__ __forceinline__ void load(const T* p) {
     if constexpr (kWide) {
 #pragma unroll
-      for (int w = 0; w < kBytes / 16; ++w)
-        reinterpret_cast<uint4*>(v)[w] = __ldg(reinterpret_cast<const uint4*>(p) + w);
+      for (int w = 0; w < kBytes / 16; ++w) {
+        const uint4 word = __ldg(reinterpret_cast<const uint4*>(p) + w);
+        memcpy(reinterpret_cast<char*>(v) + 16 * w, &word, 16);
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < N; ++i) v[i] = __ldg(p + i);
@@ -68,8 +72,10 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
   __device__ __forceinline__ void load_ordered(const T* p) {
     if constexpr (kWide) {
 #pragma unroll
-      for (int w = 0; w < kBytes / 16; ++w)
-        reinterpret_cast<uint4*>(v)[w] = reinterpret_cast<const uint4*>(p)[w];
+      for (int w = 0; w < kBytes / 16; ++w) {
+        const uint4 word = reinterpret_cast<const uint4*>(p)[w];
+        memcpy(reinterpret_cast<char*>(v) + 16 * w, &word, 16);
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < N; ++i) v[i] = p[i];
@@ -79,8 +85,11 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
   __device__ __forceinline__ void store(T* p) const {
     if constexpr (kWide) {
 #pragma unroll
-      for (int w = 0; w < kBytes / 16; ++w)
-        reinterpret_cast<uint4*>(p)[w] = reinterpret_cast<const uint4*>(v)[w];
+      for (int w = 0; w < kBytes / 16; ++w) {
+        uint4 word;
+        memcpy(&word, reinterpret_cast<const char*>(v) + 16 * w, 16);
+        reinterpret_cast<uint4*>(p)[w] = word;
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < N; ++i) p[i] = v[i];
