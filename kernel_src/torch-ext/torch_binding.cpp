@@ -111,8 +111,8 @@ struct RowStrides {
   int64_t token;
 };
 
-// A modulation or gate tensor: [B,1,D], [B,S,D] (or [1,1,D], [1,S,D]) with any batch/token strides
-// and a unit last-dim stride, read in place. Size-1 dims broadcast (stride 0).
+// A modulation or gate tensor: [B,1,D], [B,S,D] (or [1,1,D], [1,S,D]) with any batch/token strides.
+// Read in place when the last dim has stride 1 (else copied, see below); size-1 dims broadcast.
 void check_broadcast_rows(const char* op, const at::Tensor& x, const at::Tensor& t,
                           const char* name) {
   check_device(op, x, t, name);
