@@ -16,6 +16,12 @@ _EXPORTS = {
     "system_variants": "hubkernels.variants",
     "resolve": "hubkernels.variants",
     "Variant": "hubkernels.platform",
+    "kernelize": "hubkernels.integrations",
+    "from_pretrained": "hubkernels.integrations",
+    **{name: "hubkernels.layers" for name in (
+        "Mode", "Device", "CUDAProperties", "ROCMProperties", "LayerRepository", "LocalLayerRepository",
+        "LockedLayerRepository", "LayerMatch", "KernelizeFallback", "register_kernel_mapping", "use_kernel_mapping",
+        "use_kernel_forward_from_hub", "replace_kernel_forward_from_hub", "kernelized_layers")},
     "System": "hubkernels.platform",
 }
 
@@ -40,4 +46,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import ConfigError, load_config
     from .load import get_local_kernel, loaded_kernels
     from .platform import System, Variant
+    from .integrations import from_pretrained, kernelize
+    from .layers import (CUDAProperties, Device, KernelizeFallback, LayerMatch, LayerRepository,
+                         LocalLayerRepository, LockedLayerRepository, Mode, ROCMProperties, kernelized_layers,
+                         register_kernel_mapping, replace_kernel_forward_from_hub, use_kernel_forward_from_hub,
+                         use_kernel_mapping)
     from .variants import resolve, system_variants

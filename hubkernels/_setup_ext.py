@@ -21,6 +21,7 @@ def main(spec_path: str) -> None:
         sources=spec["sources"],
         include_dirs=spec["include_dirs"],
         extra_compile_args={"cxx": spec["cxx"], "nvcc": spec["nvcc"]} if spec["cuda"] else {"cxx": spec["cxx"]},
+        extra_link_args=spec.get("link", []),
         py_limited_api=True,
     )
     setup(

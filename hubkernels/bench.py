@@ -1,7 +1,8 @@
 """`hubkernels bench`: time each ltx-kernels op against its peers, in one run, on LTX-Video shapes.
 
-GPU: CUDA events around each call; CPU: a monotonic clock. Warm-up first, then the median of many
-calls, with inputs rotated among several buffers so the L2 cache cannot serve repeats. The copy
+GPU: CUDA events around back-to-back calls queued behind a device-side sleep (GPU time, not launch
+time); CPU: a monotonic clock. Warm-up first, then the median of many samples, with inputs rotated
+among several buffers (3 x 50 MB at the LTX shape, past the H200's L2) so the cache cannot serve repeats. The copy
 bandwidth is measured in the same run, and every op reports the percent of it that it reaches.
 Peers timed side by side: diffusers' eager formula, `F.rms_norm` where it applies, and
 `torch.compile` of the eager formula.
@@ -95,22 +96,26 @@ def _sync(device: torch.device) -> None:
 
 
 def time_calls(fn: Callable[..., Any], input_sets: Sequence[tuple], device: torch.device,
-               warmup: int, iters: int) -> list[float]:
-    """Per-call times in microseconds, cycling through `input_sets` so caches don't serve repeats."""
+               warmup: int, iters: int, inner: int = 10) -> list[float]:
+    """Per-call times in microseconds, cycling through `input_sets` so caches don't serve repeats.
+
+    On the GPU each sample is one CUDA-event interval around `inner` back-to-back calls, queued behind a
+    short device-side sleep so the host is ahead and the interval holds GPU time, not Python launch time.
+    """
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])
     _sync(device)
     times = []
     if device.type == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for i in range(iters):
-            args = input_sets[i % len(input_sets)]
-            starts[i].record()
-            fn(*args)
-            ends[i].record()
-        torch.cuda.synchronize(device)
-        times = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        for _ in range(iters):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(2_000_000)  # ~1 ms of GPU time while the host queues the calls below
+            start.record()
+            for i in range(inner):
+                fn(*input_sets[i % len(input_sets)])
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / inner)
     else:
         for i in range(iters):
             args = input_sets[i % len(input_sets)]

@@ -219,7 +219,8 @@ def _compile(config: BuildConfig, backend: str, name: str, work: Path, jobs: int
     lib_dir.mkdir(parents=True, exist_ok=True)
     spec = {"name": name, "sources": [str(s) for s in compiled], "include_dirs": [str(i) for i in includes],
             "cxx": cxx_flags, "nvcc": nvcc_flags, "cuda": backend == "cuda",
-            "build_lib": str(lib_dir), "build_temp": str(tmp_dir)}
+            "build_lib": str(lib_dir), "build_temp": str(tmp_dir),
+            "link": ["-fopenmp"] if "-fopenmp" in cxx_flags else []}
     (work / "spec.json").write_text(json.dumps(spec, indent=2))
     env = dict(os.environ)
     if jobs:
@@ -285,8 +286,20 @@ def _run_with_progress(cmd: list[str], env: dict[str, str], n_sources: int, verb
 
 def build(path: str | Path = ".", *, backend: str | None = None, jobs: int | None = None,
           verbose: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> BuildResult:
-    """Build the kernel at `path` for this machine into `<path>/build/<variant>/` and return where it went."""
+    """Build the kernel at `path` for this machine into `<path>/build/<variant>/` and return where it went.
+
+    Concurrent builds of one checkout (parallel test sessions, say) take turns on a lock file.
+    """
+    from filelock import FileLock
+
     config = load_config(path)
+    (config.root / "_build").mkdir(exist_ok=True)
+    with FileLock(str(config.root / "_build" / ".lock")):
+        return _build_locked(config, backend, jobs, verbose, out_dir, quiet)
+
+
+def _build_locked(config: BuildConfig, backend: str | None, jobs: int | None, verbose: bool,
+                  out_dir: str | Path | None, quiet: bool) -> BuildResult:
     root = config.root
     system = System.current()
     backend = choose_backend(config, system, backend)
