@@ -1,4 +1,5 @@
-// gated_residual: a 2-D grid of rows x column tiles; each thread takes one 16-byte vector of x and y of its row (coalesced along the row) and the matching gate vector (a [B,1,D] gate is an L1/L2 hit), one read of x and y and one write per element; the row's gate offset is computed once per thread.
+// gated_residual: blocks of (columns x rows), one 16-byte vector of x, y and gate per thread (a
+// [B,1,D] gate row is an L1 hit); one read of x and y and one write per element.
 #include "vec.cuh"
 
 namespace ltx_cuda {
@@ -44,8 +45,10 @@ void launch(T* out, const T* x, const T* y, const T* gate, int64_t rows, int64_t
   while (bx < kThreads && bx < chunks) bx *= 2;
   const int by = kThreads / bx;
   const dim3 block(bx, by);
-  const dim3 grid(grid_blocks(rows, by), grid_blocks(chunks, bx) < 65535 ? grid_blocks(chunks, bx) : 65535);
-  gated_residual_kernel<T, W><<<grid, block, 0, stream>>>(out, x, y, gate, rows, tokens, dim, gbs, gts);
+  const unsigned column_blocks = grid_blocks(chunks, bx);
+  const dim3 grid(grid_blocks(rows, by), column_blocks < 65535 ? column_blocks : 65535);
+  gated_residual_kernel<T, W>
+      <<<grid, block, 0, stream>>>(out, x, y, gate, rows, tokens, dim, gbs, gts);
 }
 
 }  // namespace

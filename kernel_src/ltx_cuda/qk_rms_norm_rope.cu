@@ -1,4 +1,5 @@
-// qk_rms_norm_rope: one thread group per row index holds that row of q AND of k (16-byte vectors, in registers) plus the row's fp32 cos/sin (read once for both), normalises each with its weight, rotates interleaved pairs inside each vector and writes both: one read of q, k, cos, sin and one write of q_out, k_out.
+// qk_rms_norm_rope: a thread group holds row r of q and of k in registers plus row r of cos/sin
+// (read once for both); normalise, weight, rotate pairs inside each 16-byte vector, write both.
 #include "rope.cuh"
 #include "row_norm.cuh"
 

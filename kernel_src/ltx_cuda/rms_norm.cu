@@ -1,4 +1,5 @@
-// rms_norm: one warp per row up to 256 16-byte vectors (2048 bf16), else 64..256 threads per row, the row held in registers between the fp32 sum of squares and the write (one read and one write per element); weight is a 2*dim-byte L1/L2 hit; unaligned rows or huge dim: two passes.
+// rms_norm: one warp per row up to 2048 bf16 (else 64..256 threads), the row's 16-byte vectors
+// held in registers from the fp32 sum of squares to the write: one read, one write per element.
 #include "row_norm.cuh"
 
 namespace ltx_cuda {
@@ -20,7 +21,9 @@ struct RmsNormEpilogue {
     T* out;
     const T* weight;
   };
-  __device__ Row row(int64_t r, int64_t col0) const { return {out + r * dim + col0, weight + col0}; }
+  __device__ Row row(int64_t r, int64_t col0) const {
+    return {out + r * dim + col0, weight + col0};
+  }
 
   template <int W>
   struct Aux {

@@ -1,4 +1,5 @@
-// rms_norm_modulate: the rms_norm row shape (one warp per row up to 2048 bf16, the row's 16-byte vectors held in registers, one read and one write of x); scale/shift rows ([B,1,D]: L1/L2 hits; per token: one more read each) are loaded after the reduction, two vectors at a time.
+// rms_norm_modulate: the rms_norm row shape (row in registers, one read and one write of x); the
+// scale/shift rows ([B,1,D]: L1/L2 hits) are read after the reduction, two vectors at a time.
 #include "row_norm.cuh"
 
 namespace ltx_cuda {
@@ -76,12 +77,13 @@ void rms_norm_modulate(void* out, const void* x, const void* scale, const void* 
     const T* sh = static_cast<const T*>(shift);
     const T* w = static_cast<const T*>(weight);
     const T* xi = static_cast<const T*>(x);
+    const int64_t bs = mod_batch_stride, ts = mod_token_stride;
     if (w != nullptr)
-      launch(ModulateEpilogue<T, true>{o, sc, sh, w, dim, tokens, mod_batch_stride, mod_token_stride},
-             xi, rows, dim, eps, stream);
+      launch(ModulateEpilogue<T, true>{o, sc, sh, w, dim, tokens, bs, ts}, xi, rows, dim, eps,
+             stream);
     else
-      launch(ModulateEpilogue<T, false>{o, sc, sh, w, dim, tokens, mod_batch_stride, mod_token_stride},
-             xi, rows, dim, eps, stream);
+      launch(ModulateEpilogue<T, false>{o, sc, sh, w, dim, tokens, bs, ts}, xi, rows, dim, eps,
+             stream);
   });
 }
 

@@ -1,4 +1,5 @@
-// rope_interleaved_qk: elementwise over rows * dim for q and k together; each thread takes 2 chunks (strided by the block) of one 16-byte vector of q, the same of k and the matching fp32 cos/sin (read once for both tensors), all loads issued before any math; one read and one write per element; the fallback moves 2-element pairs.
+// rope_interleaved_qk: flat over rows * dim; per thread 2 x (16 B of q, 16 B of k, their fp32
+// cos/sin read once for both), all loads before any math; one read, one write per element.
 #include "rope.cuh"
 #include "vec.cuh"
 
@@ -8,7 +9,8 @@ namespace {
 using namespace detail;
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 2;  // chunks per thread: 2 x (16 B q + 16 B k + 32 B cos + 32 B sin) in flight
+// Chunks per thread: 2 x (16 B of q + 16 B of k + 32 B of cos + 32 B of sin) in flight (bf16).
+constexpr int kUnroll = 2;
 
 template <class T, int W>
 __global__ void __launch_bounds__(kThreads)

@@ -5,11 +5,11 @@
 //
 // Epilogue contract (rms_norm.cu has the smallest one):
 //   struct Ep {
-//     static constexpr int kNarrow;     // chunk width of the fallback path (2 keeps RoPE pairs whole)
+//     static constexpr int kNarrow;     // chunk width of the fallback path (2: whole RoPE pairs)
 //     static constexpr bool kPrefetch;  // Aux streams from HBM (cos/sin): load it together with x
 //     struct Row {...};                 // pointers to column `col0` of row r, computed once
 //     __device__ Row row(int64_t r, int64_t col0) const;
-//     template <int W> struct Aux {...};  // what the epilogue reads for W columns (weight, cos, ...)
+//     template <int W> struct Aux {...};  // what it reads for W columns (weight, cos, ...)
 //     template <int W> __device__ void load(const Row&, int64_t off, Aux<W>&) const;
 //     template <int W> __device__ void store(const Row&, int64_t off, const float (&v)[K][W],
 //                                            const Aux<W>&) const;
@@ -38,7 +38,9 @@ struct RowInputs {
 };
 
 // A block runs at least 4 warps: groups smaller than 128 threads share a block, one row each.
-__host__ __device__ constexpr int rows_per_block(int group) { return group >= 128 ? 1 : 128 / group; }
+__host__ __device__ constexpr int rows_per_block(int group) {
+  return group >= 128 ? 1 : 128 / group;
+}
 __host__ __device__ constexpr int block_threads(int group) { return group * rows_per_block(group); }
 
 // Chunks whose (L1/L2-resident) Aux a resident thread loads at once after the reduction.

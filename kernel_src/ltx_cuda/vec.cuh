@@ -31,7 +31,7 @@ __device__ __forceinline__ T from_float(float x) {
   } else if constexpr (std::is_same_v<T, __half>) {
     return __float2half_rn(x);
   } else {
-    static_assert(std::is_same_v<T, __nv_bfloat16>, "element type must be float, __half or __nv_bfloat16");
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "T must be float, __half or __nv_bfloat16");
     return __float2bfloat16_rn(x);
   }
 }
@@ -52,7 +52,7 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
   T v[N];
 
   // Read-only loads go through the non-coherent path (ld.global.nc); inputs never alias outputs.
-  // The 16-byte words move in and out of v with memcpy (no type punning; compiles to register moves).
+  // 16-byte words move in and out of v by memcpy (no type punning; it compiles to register moves).
   __device__ __forceinline__ void load(const T* p) {
     if constexpr (kWide) {
 #pragma unroll
@@ -120,7 +120,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // thread of the block must call it (threads without work pass zeros; none may return early).
 template <int kGroup, int kBlock, int K>
 __device__ __forceinline__ void group_sum(float (&v)[K]) {
-  static_assert(kGroup % 32 == 0 && kBlock % kGroup == 0, "groups are whole warps tiling the block");
+  static_assert(kGroup % 32 == 0 && kBlock % kGroup == 0, "groups: whole warps tiling the block");
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k]);
   if constexpr (kGroup > 32) {
