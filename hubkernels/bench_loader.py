@@ -100,8 +100,9 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run(path: Path, runs: int, work: Path) -> dict[str, Any]:
-    """Build, publish and measure; returns the JSON-able results. Must run before huggingface_hub is imported."""
+def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str, Any]:
+    """Build (unless `rebuild` is False: publish the existing build), publish and measure; returns the JSON-able
+    results. Must run before huggingface_hub is imported (it points the client at the local Hub)."""
     port = _free_port()
     os.environ.update({"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_DISABLE_XET": "1",
                        "HF_HOME": str(work / "hf-home"), "HF_HUB_CACHE": str(work / "publish-cache"),
@@ -109,14 +110,20 @@ def run(path: Path, runs: int, work: Path) -> dict[str, Any]:
     for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HUBKERNELS_CACHE", "KERNELS_CACHE", "HUBKERNELS_VERSION_TTL"):
         os.environ.pop(name, None)
     from .build import build
+    from .load import resolve_local
     from .publish import upload
     from .server import BackgroundHub
 
-    built = build(path, quiet=True)
+    if rebuild:
+        built = build(path, quiet=True)
+        variant, variant_dir = str(built.variant), built.path
+    else:
+        variant_dir, resolution = resolve_local(path)
+        variant = str(resolution.chosen)
     with BackgroundHub(work / "hub", port=port, trusted_orgs=("hubkernels",)) as hub:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # dirty work trees warn; the benchmark does not care
-            upload(path, repo_id=REPO_ID, variants=[str(built.variant)])
+            upload(path, repo_id=REPO_ID, variants=[variant])
         results: dict[str, Any] = {}
         for loader in LOADERS:
             cold = [_run(loader, REPO_ID, work / f"{loader}-cold-{i}", hub) for i in range(runs)]
@@ -133,8 +140,7 @@ def run(path: Path, runs: int, work: Path) -> dict[str, Any]:
         kernels_version = version("kernels")
     except Exception:  # noqa: BLE001 - informational only
         kernels_version = None
-    return {"kernel": str(path), "variant": str(built.variant), "files": sum(1 for p in built.path.rglob("*")
-                                                                            if p.is_file()),
+    return {"kernel": str(path), "variant": variant, "files": sum(1 for p in variant_dir.rglob("*") if p.is_file()),
             "runs": runs, "machine": {"python": platform.python_version(), "torch": torch.__version__,
                                       "huggingface_hub": huggingface_hub.__version__, "kernels": kernels_version,
                                       "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
@@ -157,9 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", nargs="?", default=".", help="kernel root to build and publish (default: .)")
     parser.add_argument("--runs", type=int, default=7, help="new processes per measurement (median reported)")
     parser.add_argument("--output", default=".bench/loader.json", help="where to write the JSON results")
+    parser.add_argument("--no-build", dest="rebuild", action="store_false",
+                        help="publish the existing build/<variant> for this machine instead of building first")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hubkernels-bench-loader-") as tmp:
-        data = run(Path(args.path).resolve(), max(1, args.runs), Path(tmp))
+        data = run(Path(args.path).resolve(), max(1, args.runs), Path(tmp), rebuild=args.rebuild)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")

@@ -103,8 +103,8 @@ def test_bench_loader_script_measures_both_loaders(ltx_build, tmp_path: Path) ->
     import sys
 
     out = tmp_path / "loader.json"
-    done = subprocess.run([sys.executable, "-m", "hubkernels.bench_loader", str(ROOT), "--runs", "1", "--output",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "hubkernels.bench_loader", str(ROOT), "--runs", "1", "--no-build",
+                           "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
     assert results["hubkernels"]["warm"]["requests"] == 0 and results["hubkernels"]["warm"]["again_requests"] == 0
