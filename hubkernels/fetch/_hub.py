@@ -1,10 +1,12 @@
 """Every Hub request the loader makes, through huggingface_hub, with retries and errors users can act on.
 
-`api()` is the one place an `HfApi` is created (publish uses it too). Transient failures (5xx, 429, a
-connection dropped mid-file) are retried a few times with a short back-off; what still fails becomes a
-`DownloadError` that names the endpoint. huggingface_hub writes each file to `<blob>.incomplete` and renames
-it only once complete, and the loader verifies every file afterwards, so an interrupted download is never
-imported.
+`api()` is the one place an `HfApi` is created (publish uses it too). Transient failures (5xx, 429, 408,
+dropped connections) are retried a few times with a short back-off where huggingface_hub does not already
+retry them (refs, the org overview, file bodies answered with 5xx); where it does (paginated listings, the
+HEAD before a download, resuming a dropped transfer with Range) its own back-off is left alone, so they do not
+stack. What still fails becomes a `DownloadError` naming the endpoint. huggingface_hub writes each file to
+`<blob>.incomplete` and renames it only when complete, and the loader verifies every file afterwards, so an
+interrupted download is never imported.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -207,6 +208,8 @@ class Remote:
 
     def download(self, commit: str, paths: list[str], cache_dir: Path, *, force: bool, label: str) -> None:
         """Fetch `paths` of `commit` into the cache (8 at a time), with one progress bar for all of them."""
+        from concurrent.futures import ThreadPoolExecutor
+
         from huggingface_hub.utils import tqdm
 
         class _Quiet(tqdm):  # the per-file bars of hf_hub_download; ours counts files instead
