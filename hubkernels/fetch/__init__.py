@@ -8,7 +8,9 @@ in metadata.json. A receipt (size, mtime_ns and inode of each verified file) let
 
 The warm path makes no request at all: a 40-hex `revision`, or a `version` resolved within
 HUBKERNELS_VERSION_TTL seconds (default 600), plus a cached listing and a receipt, are all answered from
-`<cache>/kernels--org--name/hubkernels/` (see `_local`). Multi-rank jobs therefore hit the Hub once per node.
+`<cache>/kernels--org--name/hubkernels/` (see `_local`). Once one process on a node has loaded a kernel, other
+ranks and later jobs sharing its cache ask the Hub nothing. A receipt is trusted while every file keeps its
+size, mtime and inode; `force_download=True` re-downloads and re-verifies everything.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
     """Download (if needed), verify and import the best variant of a Hub kernel for this machine.
 
     `version=N` takes branch `v<N>`; `revision=` a branch, tag or commit; neither takes the newest version (and logs
-    which, so you can pin it). Publishers the Hub flags as trusted load directly; others need
+    which, so you can pin it). Version branches are looked up again after HUBKERNELS_VERSION_TTL seconds. Publishers the Hub flags as trusted load directly; others need
     `trust_remote_code=True`, a list of trusted organizations, or HUBKERNELS_TRUSTED_ORGS. `lockfile=` loads the
     commit recorded by `hubkernels lock` and checks the variant against it.
     """
