@@ -16,6 +16,11 @@ _EXPORTS = {
     "system_variants": "hubkernels.variants",
     "resolve": "hubkernels.variants",
     "Variant": "hubkernels.platform",
+    "get_kernel": "hubkernels.fetch",
+    "has_kernel": "hubkernels.fetch",
+    "get_kernel_variants": "hubkernels.fetch",
+    "install_kernel": "hubkernels.fetch",
+    "load_locked": "hubkernels.lock",
     "kernelize": "hubkernels.integrations",
     "from_pretrained": "hubkernels.integrations",
     **{name: "hubkernels.layers" for name in (
@@ -46,7 +51,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .config import ConfigError, load_config
     from .load import get_local_kernel, loaded_kernels
     from .platform import System, Variant
+    from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
     from .integrations import from_pretrained, kernelize
+    from .lock import load_locked
     from .layers import (CUDAProperties, Device, KernelizeFallback, LayerMatch, LayerRepository,
                          LocalLayerRepository, LockedLayerRepository, Mode, ROCMProperties, kernelized_layers,
                          register_kernel_mapping, replace_kernel_forward_from_hub, use_kernel_forward_from_hub,
