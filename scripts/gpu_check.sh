@@ -2,7 +2,7 @@
 # The GPU run (NVIDIA H200 via the device machine): build the CUDA variant with our builder, run the GPU
 # correctness suite, compute-sanitizer memcheck on every op, and the op benchmarks. Logs land in $OUT.
 # Usage on the GPU machine, from the repo root:  OUT=/tmp/out bash scripts/gpu_check.sh [steps...]
-# steps: build tests memcheck bench e2e profile (default: build tests memcheck bench)
+# steps: build tests memcheck bench sweep e2e profile (default: build tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/hubkernels-gpu}
 mkdir -p "$OUT"
@@ -24,6 +24,8 @@ for step in $steps; do
                 python3 scripts/sanitize_ops.py > "$OUT/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -15 "$OUT/memcheck.log" ;;
     bench)    python3 -m hubkernels bench --output "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
     e2e)      python3 scripts/ltx_e2e.py --output "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
+    sweep)    for g in 32 64 128 256; do echo "LTX_ROW_GROUP=$g"; LTX_ROW_GROUP=$g python3 -m hubkernels bench \
+                --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
     profile)  python3 scripts/ltx_profile.py 2>&1 | tee "$OUT/profile.log" | tail -40 ;;
   esac
 done

@@ -27,6 +27,8 @@
 // top: 106 -> 179 registers for bf16 modulate).
 #pragma once
 
+#include <cstdlib>
+
 #include "vec.cuh"
 
 namespace ltx_cuda::detail {
@@ -191,6 +193,16 @@ void launch_two_pass(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
       <<<grid, block_threads(kGroup), 0, stream>>>(in, ep, rows, dim, eps);
 }
 
+// LTX_ROW_GROUP=64|128|256 picks another launch shape for rows of 129..256 16-byte chunks (2048 bf16):
+// a hook for `hubkernels bench` sweeps on a new GPU, read once per process; unset = the tuned default.
+inline int row_group_override() {
+  static const int value = [] {
+    const char* s = std::getenv("LTX_ROW_GROUP");
+    return s ? std::atoi(s) : 0;
+  }();
+  return value;
+}
+
 // Picks the launch shape from dim. `wide`: every row-indexed pointer is 16-byte aligned and dim is
 // a multiple of kPack<T> (the caller checks its own pointers and strides). A thread holds at most
 // 8 16-byte vectors of x for K = 1 and 2 per tensor for K = 2 (where cos/sin, twice the bytes of
@@ -214,7 +226,14 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 32) return launch_resident<T, W, 32, 1>(in, ep, rows, dim, eps, stream);
     if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 128) return launch_resident<T, W, 32, 4>(in, ep, rows, dim, eps, stream);
-    if (chunks <= 256) return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 256) {
+      switch (row_group_override()) {  // benchmarking hook: threads per row for this (LTX) size class
+        case 64: return launch_resident<T, W, 64, 4>(in, ep, rows, dim, eps, stream);
+        case 128: return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
+        case 256: return launch_resident<T, W, 256, 1>(in, ep, rows, dim, eps, stream);
+        default: return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
+      }
+    }
     if (chunks <= 512) return launch_resident<T, W, 64, 8>(in, ep, rows, dim, eps, stream);
     if (chunks <= 1024) return launch_resident<T, W, 128, 8>(in, ep, rows, dim, eps, stream);
     if (chunks <= 2048) return launch_resident<T, W, 256, 8>(in, ep, rows, dim, eps, stream);
