@@ -163,7 +163,9 @@ def load_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, backen
 
 
 def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
-    """Add `hubkernels lock` (called from hubkernels.fetch.register_cli)."""
+    """Add `hubkernels lock` (hubkernels.fetch.register_cli calls this; a second call is a no-op)."""
+    if "lock" in subparsers.choices:
+        return
     p = subparsers.add_parser("lock", help="pin Hub kernels to exact commits and variant hashes in a lock file")
     p.add_argument("kernels", nargs="+", metavar="ORG/NAME[@vN|@REV]", help="kernels to lock")
     p.add_argument("-o", "--output", default=DEFAULT_LOCKFILE, help="lock file to write or update (kernels.lock)")
