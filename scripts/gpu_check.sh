@@ -23,9 +23,9 @@ for step in $steps; do
     memcheck) compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
                 python3 scripts/sanitize_ops.py > "$OUT/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -15 "$OUT/memcheck.log" ;;
     bench)    python3 -m hubkernels bench --output "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
-    e2e)      python3 scripts/ltx_e2e.py --output "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
+    e2e)      python3 scripts/ltx_e2e.py --cuda-graphs --output "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
     sweep)    for g in 32 64 128 256; do echo "LTX_ROW_GROUP=$g"; LTX_ROW_GROUP=$g python3 -m hubkernels bench \
                 --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
-    profile)  python3 scripts/ltx_profile.py 2>&1 | tee "$OUT/profile.log" | tail -40 ;;
+    profile)  python3 scripts/ltx_profile.py --compile 2>&1 | tee "$OUT/profile.log" | tail -40 ;;
   esac
 done

@@ -28,12 +28,22 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--modes", nargs="*", default=list(MODES))
     ap.add_argument("--per-token", action="store_true", help="per-token timesteps (LTXConditionPipeline)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="also time both compile modes with mode='reduce-overhead' (CUDA graphs)")
     args = ap.parse_args()
     kernel = hubkernels.get_local_kernel(Path(__file__).resolve().parent.parent, backend="cuda")
     result = time_ltx_forward(LTX_2B, batch=2, tokens_shape=(16, 16, 24), dtype=torch.bfloat16, device="cuda",
                               modes=args.modes, kernel=kernel, iters=args.iters, warmup=args.warmup,
                               per_token_timesteps=args.per_token)
     print(format_results(result))
+    if args.cuda_graphs:
+        graphs = time_ltx_forward(LTX_2B, batch=2, tokens_shape=(16, 16, 24), dtype=torch.bfloat16, device="cuda",
+                                  modes=["eager", "compile", "compile+kernels"], kernel=kernel, iters=args.iters,
+                                  warmup=args.warmup, per_token_timesteps=args.per_token,
+                                  compile_kwargs={"fullgraph": True, "mode": "reduce-overhead"})
+        print("\nwith torch.compile(mode='reduce-overhead'):")
+        print(format_results(graphs))
+        result["reduce_overhead"] = graphs
     if args.output:
         Path(args.output).write_text(json.dumps(result, indent=2, default=str))
 

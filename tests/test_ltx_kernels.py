@@ -666,3 +666,24 @@ def test_layers_trace_under_torch_compile(ltx):
         torch._dynamo.reset()
         got = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_linear_gelu_tanh_matches_linear_then_gelu(ltx, device: str) -> None:
+    """The fused Linear + bias + tanh-GELU (cuBLASLt epilogue on CUDA) computes F.gelu(F.linear(...), 'tanh')."""
+    import importlib
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    fused = importlib.import_module(f"{ltx.__name__}._linear").linear_gelu_tanh
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(2, 7, 64, device=device, dtype=dtype)
+    w = torch.randn(96, 64, device=device, dtype=dtype) / 8
+    b = torch.randn(96, device=device, dtype=dtype)
+    ref = torch.nn.functional.gelu(torch.nn.functional.linear(x.double(), w.double(), b.double()), approximate="tanh")
+    out = fused(x, w, b)
+    assert out.shape == (2, 7, 96) and out.dtype == dtype
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    assert float((out.double() - ref).norm() / ref.norm()) < tol
+    compiled = torch.compile(fused, fullgraph=True)
+    assert torch.allclose(compiled(x, w, b), out)

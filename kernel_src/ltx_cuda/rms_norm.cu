@@ -1,4 +1,4 @@
-// rms_norm: one warp per row up to 2048 bf16 (else 64..256 threads), the row's 16-byte vectors
+// rms_norm: 32..256 threads per row (64 at LTX's 2048 bf16, see row_norm.cuh), the row's 16-byte vectors
 // held in registers from the fp32 sum of squares to the write: one read, one write per element.
 #include "row_norm.cuh"
 

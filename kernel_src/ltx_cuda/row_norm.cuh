@@ -206,8 +206,8 @@ inline int row_group_override() {
 // Picks the launch shape from dim. `wide`: every row-indexed pointer is 16-byte aligned and dim is
 // a multiple of kPack<T> (the caller checks its own pointers and strides). A thread holds at most
 // 8 16-byte vectors of x for K = 1 and 2 per tensor for K = 2 (where cos/sin, twice the bytes of
-// x, are in registers too): one warp per row while that covers the row (2048 bf16 / 1024 fp32 for
-// K = 1), else 64..512 threads per row, else two passes.
+// x, are in registers too): one warp per row up to 1024 bf16, two warps (4 vectors a lane) for
+// 1025..2048 bf16 (LTX's width: measured best on the H200), else 64..512 threads per row, else two passes.
 template <class T, int K, class Ep>
 void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
                      bool wide, cudaStream_t stream) {
@@ -228,10 +228,12 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 128) return launch_resident<T, W, 32, 4>(in, ep, rows, dim, eps, stream);
     if (chunks <= 256) {
       switch (row_group_override()) {  // benchmarking hook: threads per row for this (LTX) size class
-        case 64: return launch_resident<T, W, 64, 4>(in, ep, rows, dim, eps, stream);
+        case 32: return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
         case 128: return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
         case 256: return launch_resident<T, W, 256, 1>(in, ep, rows, dim, eps, stream);
-        default: return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
+        // H200, [2,6144,2048] bf16 (2026-11-29 sweep, us, rms/weight/modulate): 32x8 27.6/28.9/31.3,
+        // 64x4 27.6/28.5/29.8, 128x2 27.0/27.7/31.1, 256x1 28.7/30.1/35.2.
+        default: return launch_resident<T, W, 64, 4>(in, ep, rows, dim, eps, stream);
       }
     }
     if (chunks <= 512) return launch_resident<T, W, 64, 8>(in, ep, rows, dim, eps, stream);

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._linear import linear_gelu_tanh
 from ._ops import ops
 
 __all__ = ["DiffusersGELU", "GeluTanh", "LlamaRMSNorm", "RMSNorm", "TorchRMSNorm"]
@@ -113,9 +114,7 @@ class DiffusersGELU(nn.Module):
                 and hidden_states.dtype in (torch.bfloat16, torch.float16) and not torch.is_grad_enabled()):
             # Inference on CUDA: bias + tanh-GELU run in the matmul's cuBLASLt epilogue, so the [.., 4D]
             # activation is written once instead of written, read and written again (LTX: ~100 us a block).
-            flat = hidden_states.reshape(-1, hidden_states.shape[-1])
-            out = torch._addmm_activation(proj.bias, flat, proj.weight.t(), use_gelu=True)
-            return out.view(*hidden_states.shape[:-1], out.shape[-1])
+            return linear_gelu_tanh(hidden_states, proj.weight, proj.bias)
         hidden_states = proj(hidden_states)
         if self.approximate != "tanh":
             return F.gelu(hidden_states, approximate=self.approximate)
