@@ -676,14 +676,13 @@ def test_linear_gelu_tanh_matches_linear_then_gelu(ltx, device: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     fused = importlib.import_module(f"{ltx.__name__}._linear").linear_gelu_tanh
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = torch.float32  # fp32 tells the tanh GELU from the erf one (1.7e-4 apart here)
     x = torch.randn(2, 7, 64, device=device, dtype=dtype)
     w = torch.randn(96, 64, device=device, dtype=dtype) / 8
     b = torch.randn(96, device=device, dtype=dtype)
     ref = torch.nn.functional.gelu(torch.nn.functional.linear(x.double(), w.double(), b.double()), approximate="tanh")
     out = fused(x, w, b)
     assert out.shape == (2, 7, 96) and out.dtype == dtype
-    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
-    assert float((out.double() - ref).norm() / ref.norm()) < tol
+    assert float((out.double() - ref).norm() / ref.norm()) < 2e-5
     compiled = torch.compile(fused, fullgraph=True)
     assert torch.allclose(compiled(x, w, b), out)
