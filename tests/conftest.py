@@ -75,6 +75,8 @@ def ltx(ltx_build):
 @pytest.fixture(scope="session")
 def hub(session_tmp):
     """A Hub-compatible server (ours) on 127.0.0.1, the endpoint huggingface_hub was pointed at."""
+    pytest.importorskip("starlette", reason="the local Hub needs starlette and uvicorn (pip install hubkernels)")
+    pytest.importorskip("uvicorn", reason="the local Hub needs starlette and uvicorn (pip install hubkernels)")
     from hubfixture import start_hub
 
     server = start_hub(session_tmp / "hub-root", port=HUB_PORT, trusted_orgs=("hubkernels",))
