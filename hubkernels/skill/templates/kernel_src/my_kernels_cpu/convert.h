@@ -1,0 +1,104 @@
+// convert.h: fp16 / bf16 storage types and their fp32 conversions (round to nearest even), dtype
+// dispatch, and the ISA multiversioning macros shared by the CPU ops. Header-only plain C++. The
+// conversions are straight-line integer/float arithmetic with selects, so loops that use them
+// still vectorise.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "my_kernels_cpu.h"
+
+// Each op entry point is compiled three times, for x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) and
+// baseline x86-64, and the dynamic loader picks the best for the running CPU once (GNU ifunc).
+// Other compilers and architectures get one baseline build.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MY_KERNELS_MULTIVERSION \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MY_KERNELS_MULTIVERSION
+#endif
+
+// Helpers, and the per-dtype lambda of an entry point, are force-inlined into each ISA clone of
+// their caller: a helper compiled once, out of line, would be baseline code.
+#define MY_KERNELS_ALWAYS_INLINE __attribute__((always_inline))
+#define MY_KERNELS_INLINE inline MY_KERNELS_ALWAYS_INLINE
+
+namespace my_kernels_cpu {
+
+// 16-bit storage types: distinct structs, so overloads tell them apart.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+MY_KERNELS_INLINE uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+MY_KERNELS_INLINE float float_of(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+MY_KERNELS_INLINE float to_float(float v) { return v; }
+
+// bf16 is the upper half of an fp32.
+MY_KERNELS_INLINE float to_float(BFloat16 v) { return float_of(uint32_t(v.bits) << 16); }
+
+MY_KERNELS_INLINE float to_float(Half v) {
+  const uint32_t sign = uint32_t(v.bits & 0x8000u) << 16;
+  const uint32_t rest = v.bits & 0x7fffu;                        // exponent and mantissa bits
+  const uint32_t normal = (rest << 13) + ((127u - 15u) << 23);  // rebias the exponent
+  const uint32_t special = (rest << 13) | 0x7f800000u;          // inf and NaN keep their mantissa
+  const uint32_t tiny = bits_of(float(rest) * 0x1p-24f);        // zero, subnormal: rest * 2^-24
+  return float_of(sign | (rest >= 0x7c00u ? special : rest >= 0x0400u ? normal : tiny));
+}
+
+template <class T>
+MY_KERNELS_INLINE T from_float(float v);
+
+template <>
+MY_KERNELS_INLINE float from_float<float>(float v) {
+  return v;
+}
+
+template <>
+MY_KERNELS_INLINE BFloat16 from_float<BFloat16>(float v) {
+  const uint32_t u = bits_of(v);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // ties go to the even result
+  const uint32_t quiet_nan = (u >> 16) | 0x0040u;
+  return {uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded)};
+}
+
+template <>
+MY_KERNELS_INLINE Half from_float<Half>(float v) {
+  const uint32_t u = bits_of(v);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;  // |v|
+  // Normal results: rebias the exponent, then drop 13 mantissa bits rounding to nearest even.
+  const uint32_t normal = (a - ((127u - 15u) << 23) + 0x0fffu + ((a >> 13) & 1u)) >> 13;
+  // |v| < 2^-14: the result is round(|v| * 2^24) in units of 2^-24; adding 1.5 * 2^23 does that
+  // rounding (to nearest even) and leaves the integer in the low mantissa bits.
+  const uint32_t tiny = bits_of(float_of(a) * 0x1p24f + 0x1.8p23f) - 0x4b400000u;
+  const uint32_t huge = a > 0x7f800000u ? 0x7e00u : 0x7c00u;  // NaN stays NaN; >= 65520 is inf
+  const uint32_t magnitude = a >= 0x477ff000u ? huge : a < 0x38800000u ? tiny : normal;
+  return {uint16_t(sign | magnitude)};
+}
+
+// Calls fn(T{}) with the storage type of `dtype`.
+template <class Fn>
+MY_KERNELS_INLINE void dispatch(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::F32: fn(float{}); break;
+    case DType::F16: fn(Half{}); break;
+    case DType::BF16: fn(BFloat16{}); break;
+  }
+}
+
+}  // namespace my_kernels_cpu

@@ -1,0 +1,108 @@
+"""`hubkernels skill`: install the agent skill that teaches coding agents to write and ship kernels.
+
+The skill (SKILL.md, references/, templates/) ships inside the package, in `hubkernels/skill/`.
+`hubkernels skill install` copies it where a coding agent looks for skills: `.claude/skills/hubkernels/`
+of the current directory by default, `.codex/skills/hubkernels/` with `--codex`, or any `--dest`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import UsageError
+
+__all__ = ["CLAUDE_DEST", "CODEX_DEST", "SkillInstallError", "install_skill", "register_cli", "skill_dir"]
+
+#: Where `install` puts the skill by default (relative to the current directory), per agent.
+CLAUDE_DEST = Path(".claude/skills/hubkernels")
+CODEX_DEST = Path(".codex/skills/hubkernels")
+
+#: What a build or test run leaves in the template: never shipped, never installed.
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "_build", "_ops.py", ".pytest_cache")
+
+
+class SkillInstallError(UsageError):
+    """The skill cannot be installed there as asked (the message says what to do)."""
+
+
+def skill_dir() -> Path:
+    """The skill folder inside the installed hubkernels package (holds SKILL.md)."""
+    return Path(__file__).resolve().parent / "skill"
+
+
+def _is_skill_install(path: Path) -> bool:
+    """True for a folder a previous install made: its SKILL.md names this skill in the frontmatter."""
+    try:
+        head = (path / "SKILL.md").read_text(encoding="utf-8").split("\n---", 1)[0]
+    except OSError:
+        return False
+    return head.startswith("---") and any(line.strip() == "name: hubkernels" for line in head.splitlines())
+
+
+def install_skill(dest: str | Path = CLAUDE_DEST, *, force: bool = False) -> Path:
+    """Copy the skill to `dest` and return it (absolute).
+
+    An existing non-empty `dest` is left alone unless `force` is true, and even then it is replaced only if
+    it holds a previous install of this skill, so a mistyped `--dest` never deletes anyone's files.
+    """
+    source = skill_dir()
+    if not (source / "SKILL.md").is_file():
+        raise SkillInstallError(f"the skill is missing from this hubkernels installation ({source}); "
+                                "reinstall hubkernels")
+    target = Path(dest).expanduser().absolute()
+    occupied = target.exists() and (not target.is_dir() or any(target.iterdir()))
+    if occupied and not force:
+        raise SkillInstallError(f"{target} already exists; pass --force to replace it with this version")
+    if occupied and not _is_skill_install(target):
+        raise SkillInstallError(f"{target} is not a hubkernels skill install (no SKILL.md named hubkernels), so "
+                                "it is not replaced even with --force; choose another --dest")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Copy next to the target, then swap it in: an interrupted install never leaves half a skill.
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        shutil.copytree(source, staging / "skill", ignore=_IGNORED)
+        old = staging / "old"
+        if target.exists():
+            target.rename(old)
+        try:
+            (staging / "skill").rename(target)
+        except OSError:
+            if old.exists():
+                old.rename(target)  # put the previous install back
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    dest = args.dest if args.dest is not None else (CODEX_DEST if args.codex else CLAUDE_DEST)
+    target = install_skill(dest, force=args.force)
+    files = sum(1 for p in target.rglob("*") if p.is_file())
+    print(f"installed the hubkernels skill ({files} files) in {target}")
+    print(f"  start at {target / 'SKILL.md'}; copy {target / 'templates'} to begin a kernel")
+    return 0
+
+
+def _cmd_path(args: argparse.Namespace) -> int:
+    print(skill_dir())
+    return 0
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `hubkernels skill install` and `hubkernels skill path`."""
+    p = subparsers.add_parser("skill", help="install the agent skill for writing and shipping kernels")
+    sub = p.add_subparsers(dest="skill_command", required=True)
+    install = sub.add_parser("install", help="copy the skill where a coding agent finds it",
+                             description="Copy SKILL.md, references/ and templates/ to .claude/skills/hubkernels/ "
+                                         "(default), .codex/skills/hubkernels/ (--codex) or --dest.")
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--dest", type=Path, help="install into this folder instead")
+    where.add_argument("--codex", action="store_true", help=f"install into {CODEX_DEST}/ (Codex) instead of {CLAUDE_DEST}/")
+    install.add_argument("--force", action="store_true", help="replace an earlier install of the skill")
+    install.set_defaults(func=_cmd_install)
+    path = sub.add_parser("path", help="print where the skill lives inside the installed package")
+    path.set_defaults(func=_cmd_path)
