@@ -46,7 +46,8 @@ def expected_replacements(num_layers: int) -> dict[str, int]:
     Per block: 2 weightless diffusers RMSNorm (norm1, norm2), 4 torch.nn.RMSNorm q/k norms with weight,
     1 feed-forward GELU-tanh (diffusers GELU), the block forward (AdaLN + gated residuals) and 2 attention
     processors (attn1 runs the fused q/k norm + RoPE; attn2, cross-attention without RoPE, the q/k
-    norms). Per model: 1 torch.nn.GELU(tanh) in the caption projection.
+    norms). Per model: 1 torch.nn.GELU(tanh) in the caption projection and the RoPE tables (1
+    LTXVideoRotaryPosEmbed, with the fused attention processor).
     """
     return {
         "RMSNorm": 2 * num_layers,
@@ -55,6 +56,7 @@ def expected_replacements(num_layers: int) -> dict[str, int]:
         "GeluTanh": 1,
         "LTXVideoTransformerBlock": num_layers,
         "LTXVideoAttnProcessor": 2 * num_layers,
+        "LTXVideoRotaryPosEmbed": 1,
     }
 
 

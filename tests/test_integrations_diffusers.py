@@ -1,10 +1,12 @@
 """hubkernels.integrations.diffusers on a small LTX-Video transformer (hidden 128, 2 blocks) and a tiny
 LTXPipeline: same outputs as diffusers (fp32 and bf16, text-to-video and per-token timesteps), the
-expected modules replaced, the kernels actually running, torch.compile without graph breaks, training
-mode, attention backends, hooks added after kernelize, and undoing it all."""
+expected modules replaced, the kernels actually running, torch.compile without graph breaks (and
+without recomputing the RoPE tables per block), training mode, attention backends, hooks added after
+kernelize, and undoing it all."""
 
 from __future__ import annotations
 
+import ast
 import functools
 
 import pytest
@@ -61,6 +63,7 @@ def test_the_kernels_run_where_expected(ltx):
         "qk_rms_norm_rope": LAYERS,  # self-attention prologue (with RoPE)
         "rms_norm": 2 * LAYERS,  # cross-attention q/k norms (no RoPE), as kernelized torch.nn.RMSNorm
         "gelu_tanh": LAYERS + 1,  # feed-forwards + caption projection
+        "rope_tables": 1,  # the RoPE cos/sin tables, once per forward
     }
 
 
@@ -79,6 +82,77 @@ def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     assert calls["qk_rms_norm_rope"] == LAYERS and calls["rms_norm_modulate"] == 2 * LAYERS  # still our kernels
+    assert calls["rope_tables"] == 1 and calls["residual_add"] == LAYERS  # tables once; ATen's add, kept whole
+
+
+def _rope_table_args(code: str) -> list[tuple[str, str]]:
+    """The buffers passed as cos and sin to each qk_rms_norm_rope call of Inductor's output code."""
+
+    def buffer(arg: ast.expr) -> str:  # `buf7` or `reinterpret_tensor(buf7, ...)` -> "buf7"
+        return buffer(arg.args[0]) if isinstance(arg, ast.Call) else ast.unparse(arg)
+
+    return [(buffer(node.args[4]), buffer(node.args[5])) for node in ast.walk(ast.parse(code))
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".qk_rms_norm_rope.default")]
+
+
+def test_compiled_forward_computes_the_rope_tables_once(ltx):
+    """Inductor recomputes cheap pointwise results in front of every extern kernel that reads them; the
+    RoPE tables come from one opaque op instead, so every block's qk_rms_norm_rope reads the same two
+    buffers. force_pointwise_cat lowers diffusers' table concatenation as Inductor does on CUDA (on CPU it
+    is a buffer of its own, which would hide the recomputation)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    config = dict(TINY_CONFIG, num_layers=4)
+    model = tiny_ltx(config)
+    inputs = ltx_inputs(config)
+    with torch.no_grad(), inductor_config.patch(force_pointwise_cat=True):
+        ref = model(**inputs)[0]
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        compiled = torch.compile(model, fullgraph=True)
+        out, codes = run_and_get_code(lambda: compiled(**inputs)[0])
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    tables = [args for code in codes for args in _rope_table_args(code)]
+    assert len(tables) == 4, codes  # one fused q/k prologue per block
+    assert len(set(tables)) == 1, tables  # all of them read the same cos and sin buffers
+    assert sum(code.count(".rope_tables.default(") for code in codes) == 1
+
+
+@pytest.mark.parametrize("dim", [128, 96, 11], ids=["pad2", "pad0", "pad5"])
+def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim):
+    """Text-to-video grids (rope_interpolation_scale as floats, as a tensor, or none) and the video_coords
+    of LTXConditionPipeline, with and without padding channels (dim % 6)."""
+    from diffusers.models.transformers.transformer_ltx import LTXVideoRotaryPosEmbed
+
+    rope = LTXVideoRotaryPosEmbed(dim=dim)
+    kernelized = hd.ltx_rope_layer(ltx)
+    frames, height, width = 3, 4, 5
+    hidden = torch.zeros(2, frames * height * width, dim)
+    coords = torch.rand(2, 3, hidden.shape[1], generator=torch.Generator().manual_seed(0)) * 20
+    calls = [dict(num_frames=frames, height=height, width=width, rope_interpolation_scale=scale)
+             for scale in ((8 / 25, 32, 32), (torch.tensor(0.32), 32.0, 32.0), None)] + [dict(video_coords=coords)]
+    for kwargs in calls:
+        expected = rope(hidden, **kwargs)
+        got = kernelized.forward(rope, hidden, **kwargs)
+        for g, e in zip(got, expected):
+            assert g.dtype == e.dtype and g.shape == e.shape and g.is_contiguous()
+            assert torch.equal(g, e), kwargs
+
+
+def test_video_coords_eager_and_compiled_match_diffusers(ltx):
+    """LTXConditionPipeline passes video_coords instead of a frame/height/width grid."""
+    model = tiny_ltx()
+    inputs = ltx_inputs(per_token_timesteps=True)
+    tokens = inputs["hidden_states"].shape[1]
+    inputs["video_coords"] = torch.rand(2, 3, tokens, generator=torch.Generator().manual_seed(2)) * 30
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        eager = model(**inputs)[0]
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True)(**inputs)[0]
+    torch.testing.assert_close(eager, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled, ref, rtol=1e-5, atol=1e-5)
 
 
 def test_training_mode_keeps_what_has_no_backward_and_gradients_match(ltx):
@@ -87,6 +161,7 @@ def test_training_mode_keeps_what_has_no_backward_and_gradients_match(ltx):
     hd.kernelize(model, kernel=ltx, mode=Mode.TRAINING)
     expected = expected_replacements(LAYERS)
     del expected["LTXVideoAttnProcessor"]  # qk_rms_norm_rope has no backward: diffusers' processor stays
+    del expected["LTXVideoRotaryPosEmbed"]  # and with it diffusers' RoPE tables
     assert model._hubkernels_replaced == expected
     grads = []
     for m in (reference, model):
@@ -154,6 +229,10 @@ def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
     assert type(model.transformer_blocks[0].attn1.processor) is MyProcessor
     with pytest.raises(ValueError, match="Unknown kinds"):
         hd.kernelize(model, kernel=ltx, exclude=["Attention"])
+    # The RoPE tables serve the fused attention prologue: leaving the processor leaves them too.
+    hd.kernelize(model, kernel=ltx, exclude=["LTXVideoAttnProcessor"])
+    assert "LTXVideoRotaryPosEmbed" not in model._hubkernels_replaced
+    assert not any(isinstance(p, hd.KernelLTXVideoAttnProcessor) for p in model.attn_processors.values())
 
 
 def _add_hook(module: torch.nn.Module, calls: list) -> None:

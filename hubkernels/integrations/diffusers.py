@@ -12,14 +12,22 @@ but not attributes or eps). What gets replaced, by kind (the kernel layer or op 
 | `GeluTanh` | `torch.nn.GELU(approximate="tanh")` (LTX: caption projection) | `layers.GeluTanh` |
 | `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, residuals as `gated_residual` | built from the ops |
 | `LTXVideoAttnProcessor` | `LTXAttention` processor: q/k RMSNorm + RoPE as one `qk_rms_norm_rope` when RoPE is given | built from the ops |
+| `LTXVideoRotaryPosEmbed` | the RoPE cos/sin tables, once per forward, for the fused prologue (with `LTXVideoAttnProcessor` only) | `rope_tables` |
 
-The first five are forward swaps through `hubkernels.layers.kernelize` (so `Mode`, fallbacks and
+All but the processor are forward swaps through `hubkernels.layers.kernelize` (so `Mode`, fallbacks and
 restoring work as there); the attention prologue is an attention processor, swapped on each
 `LTXAttention` that uses diffusers' stock `LTXVideoAttnProcessor` (custom processors are left alone).
+
+Under torch.compile, work that Inductor would otherwise redo or generate worse runs as opaque ops:
+the RoPE tables (`rope_tables`; Inductor recomputes cheap pointwise tables in front of every extern
+kernel that reads them, i.e. once per block) and the block's cross-attention residual (`residual_add`,
+ATen's add). Both ops are Python custom ops in the kernel package (`_rope_tables.py`,
+`_residual_add.py`); builds without them keep diffusers' tables and Inductor's add.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections import Counter
 from pathlib import Path
@@ -37,7 +45,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Every kind `kernelize` can replace, in the order reported.
-KINDS = ("RMSNorm", "TorchRMSNorm", "DiffusersGELU", "GeluTanh", "LTXVideoTransformerBlock", "LTXVideoAttnProcessor")
+KINDS = ("RMSNorm", "TorchRMSNorm", "DiffusersGELU", "GeluTanh", "LTXVideoTransformerBlock", "LTXVideoAttnProcessor",
+         "LTXVideoRotaryPosEmbed")
 
 _ORIGINAL_PROCESSOR = "_hubkernels_original_processor"
 
@@ -72,6 +81,19 @@ def op_support(kernel: ModuleType, op_names: Iterable[str]) -> tuple[bool, bool]
         except Exception:  # noqa: BLE001 - an op torch cannot describe is treated as unsupported
             return False, False
     return bool(backward), bool(compile_safe)
+
+
+def kernel_function(kernel: ModuleType, module: str, name: str) -> Optional[Callable]:
+    """`name` from the kernel package's submodule `module` (imported, which registers its ops), or None
+    when this build has no such submodule (built before it existed)."""
+    qualified = f"{kernel.__name__}.{module}"
+    try:
+        submodule = importlib.import_module(qualified)
+    except ModuleNotFoundError as e:
+        if e.name not in (qualified, kernel.__name__):
+            raise
+        return None
+    return getattr(submodule, name, None)
 
 
 class KernelModuleLayer:
@@ -118,7 +140,17 @@ def ltx_block_layer(kernel: ModuleType) -> type:
 
     rms_norm_modulate = kernel.rms_norm_modulate
     gated_residual = kernel.gated_residual
-    has_backward, can_compile = op_support(kernel, ("rms_norm_modulate", "gated_residual"))
+    residual_add = kernel_function(kernel, "_residual_add", "residual_add")
+    ops = ("rms_norm_modulate", "gated_residual") + (("residual_add",) if residual_add is not None else ())
+    has_backward, can_compile = op_support(kernel, ops)
+
+    def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        # Compiled, ATen's add behind an opaque op: Inductor's kernel for this lone add was slower
+        # (H200, bf16 [2, 6144, 2048]: 48 vs 35 us). Eager, the plain add (no custom-op call overhead).
+        if (residual_add is not None and torch.compiler.is_compiling()
+                and x.shape == y.shape and x.dtype == y.dtype):
+            return residual_add(x, y)
+        return x + y
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, temb: torch.Tensor,
                 image_rotary_emb: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
@@ -140,7 +172,7 @@ def ltx_block_layer(kernel: ModuleType) -> type:
 
         attn_hidden_states = self.attn2(hidden_states, encoder_hidden_states=encoder_hidden_states,
                                         image_rotary_emb=None, attention_mask=encoder_attention_mask)
-        hidden_states = hidden_states + attn_hidden_states
+        hidden_states = add(hidden_states, attn_hidden_states)
 
         norm_hidden_states = rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, self.norm2.eps)
         ff_output = self.ff(norm_hidden_states)
@@ -150,6 +182,46 @@ def ltx_block_layer(kernel: ModuleType) -> type:
         "forward": forward, "has_backward": has_backward, "can_torch_compile": can_compile,
         "__module__": __name__, "__doc__": "LTX-Video block forward with fused AdaLN and gated residuals."})
     _block_layers[id(kernel)] = layer
+    return layer
+
+
+_rope_layers: dict[int, type] = {}
+
+
+def ltx_rope_layer(kernel: ModuleType) -> type:
+    """`LTXVideoRotaryPosEmbed.forward` with the cos/sin tables from the kernel's `rope_tables` op.
+
+    Same positions as diffusers (its own grid code), same tables bit for bit. Behind the op,
+    torch.compile computes the tables once per forward instead of once per attention block. No
+    backward: the tables feed the fused attention prologue, which serves inference only.
+    """
+    cached = _rope_layers.get(id(kernel))
+    if cached is not None:
+        return cached
+    import torch
+    from torch import nn
+
+    rope_tables = kernel_function(kernel, "_rope_tables", "rope_tables")
+    if rope_tables is None:
+        raise ValueError(f"{kernel.__name__} has no rope_tables op (built before it was added); rebuild it.")
+    _, can_compile = op_support(kernel, ("rope_tables",))
+
+    def forward(self, hidden_states: torch.Tensor, num_frames: Optional[int] = None, height: Optional[int] = None,
+                width: Optional[int] = None, rope_interpolation_scale: Any = None,
+                video_coords: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if video_coords is None:
+            grid = self._prepare_video_coords(hidden_states.size(0), num_frames, height, width,
+                                              rope_interpolation_scale=rope_interpolation_scale,
+                                              device=hidden_states.device)
+        else:
+            grid = torch.stack([video_coords[:, 0] / self.base_num_frames, video_coords[:, 1] / self.base_height,
+                                video_coords[:, 2] / self.base_width], dim=-1)
+        return rope_tables(grid, self.dim, float(self.theta))
+
+    layer = type("LTXVideoRotaryPosEmbed", (nn.Module,), {
+        "forward": forward, "has_backward": False, "can_torch_compile": can_compile,
+        "__module__": __name__, "__doc__": "LTX-Video RoPE tables from one opaque op (computed once compiled)."})
+    _rope_layers[id(kernel)] = layer
     return layer
 
 
@@ -234,16 +306,22 @@ def _plain_block(block: "nn.Module") -> bool:
             and getattr(block, "scale_shift_table", None) is not None and block.scale_shift_table.shape[0] == 6)
 
 
+def _plain_rope(rope: "nn.Module") -> bool:
+    return callable(getattr(rope, "_prepare_video_coords", None)) and getattr(rope, "dim", 0) >= 6
+
+
 def ltx_mapping(kernel: ModuleType, device_type: str, exclude: Iterable[str] = ()) -> dict:
     """The class-keyed kernel mapping for LTX-Video's layers, served by one loaded ltx-kernels module.
 
     Use it with `hubkernels.use_kernel_mapping` and `hubkernels.kernelize`, or let `kernelize` below do
-    both. Kinds whose layer or ops the kernel lacks are left out.
+    both. Kinds whose layer or ops the kernel lacks are left out, and `LTXVideoRotaryPosEmbed` comes
+    only with `LTXVideoAttnProcessor` (the tables exist for its fused prologue; for diffusers' own RoPE,
+    Inductor does better fusing the table math into it).
     """
     import torch
     from diffusers.models.activations import GELU
     from diffusers.models.normalization import RMSNorm
-    from diffusers.models.transformers.transformer_ltx import LTXVideoTransformerBlock
+    from diffusers.models.transformers.transformer_ltx import LTXVideoRotaryPosEmbed, LTXVideoTransformerBlock
 
     layers = getattr(kernel, "layers", None)
     entries: dict[str, tuple[LayerMatch, KernelModuleLayer]] = {
@@ -253,13 +331,20 @@ def ltx_mapping(kernel: ModuleType, device_type: str, exclude: Iterable[str] = (
         "GeluTanh": (LayerMatch(torch.nn.GELU, _is_tanh), KernelModuleLayer(kernel, "GeluTanh")),
         "LTXVideoTransformerBlock": (LayerMatch(LTXVideoTransformerBlock, _plain_block),
                                      KernelModuleLayer(kernel, "LTXVideoTransformerBlock", ltx_block_layer)),
+        "LTXVideoRotaryPosEmbed": (LayerMatch(LTXVideoRotaryPosEmbed, _plain_rope),
+                                   KernelModuleLayer(kernel, "LTXVideoRotaryPosEmbed", ltx_rope_layer)),
     }
     mapping = {}
     for kind, (match, repo) in entries.items():
-        if kind in exclude:
+        if kind in exclude or (kind == "LTXVideoRotaryPosEmbed" and "LTXVideoAttnProcessor" in exclude):
             continue
-        available = (all(hasattr(kernel, op) for op in ("rms_norm_modulate", "gated_residual"))
-                     if kind == "LTXVideoTransformerBlock" else hasattr(layers, kind))
+        if kind == "LTXVideoTransformerBlock":
+            available = all(hasattr(kernel, op) for op in ("rms_norm_modulate", "gated_residual"))
+        elif kind == "LTXVideoRotaryPosEmbed":
+            available = (hasattr(kernel, "qk_rms_norm_rope")
+                         and kernel_function(kernel, "_rope_tables", "rope_tables") is not None)
+        else:
+            available = hasattr(layers, kind)
         if not available:
             logger.info("%s offers no %s; those modules keep their forward", kernel.__name__, kind)
             continue
@@ -282,7 +367,8 @@ def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int]
     and its trust policy), `path` (a local build) or `kernel` (an already loaded module). Call it
     after moving the model to its device and before `enable_model_cpu_offload()`. What was replaced
     is logged and left on the object as `obj._hubkernels_replaced` ({kind: module count}, see KINDS;
-    for a pipeline the totals, and each model has its own); `exclude` names kinds to leave alone. Running it again with another mode re-decides every module.
+    for a pipeline the totals, and each model has its own); `exclude` names kinds to leave alone.
+    Running it again with another mode re-decides every module.
     """
     check_kernelize_mode(mode)
     module = _load_kernel(repo_id, version, revision, kernel, path, trust_remote_code)
@@ -291,10 +377,13 @@ def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int]
     if unknown:
         raise ValueError(f"Unknown kinds to exclude: {sorted(unknown)}; kinds are {', '.join(KINDS)}")
 
+    mapped = set(exclude)
+    if not hasattr(module, "qk_rms_norm_rope") or mode_conflict(KernelLTXVideoAttnProcessor(module), mode):
+        mapped.add("LTXVideoRotaryPosEmbed")  # its tables are for the fused prologue, which cannot run here
     total: Counter[str] = Counter()
     for name, model in _models_of(obj):
         device_type = _device_type(obj, model, device)
-        mapping = ltx_mapping(module, device_type, exclude)
+        mapping = ltx_mapping(module, device_type, mapped)
         with use_kernel_mapping(mapping):
             _kernelize_layers(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
         counts = Counter(layer.__name__ for layer in kernelized_layers(model).values())
