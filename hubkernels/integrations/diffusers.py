@@ -12,7 +12,7 @@ but not attributes or eps). What gets replaced, by kind (the kernel layer or op 
 | `GeluTanh` | `torch.nn.GELU(approximate="tanh")` (LTX: caption projection) | `layers.GeluTanh` |
 | `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, residuals as `gated_residual` | built from the ops |
 | `LTXVideoAttnProcessor` | `LTXAttention` processor: q/k RMSNorm + RoPE as one `qk_rms_norm_rope` when RoPE is given | built from the ops |
-| `LTXVideoRotaryPosEmbed` | the RoPE cos/sin tables, once per forward, for the fused prologue (with `LTXVideoAttnProcessor` only) | `rope_tables` |
+| `LTXVideoRotaryPosEmbed` | the RoPE cos/sin tables (with `LTXVideoAttnProcessor`, for its prologue) | `rope_tables` |
 
 All but the processor are forward swaps through `hubkernels.layers.kernelize` (so `Mode`, fallbacks and
 restoring work as there); the attention prologue is an attention processor, swapped on each
@@ -131,7 +131,8 @@ _block_layers: dict[int, type] = {}
 
 def ltx_block_layer(kernel: ModuleType) -> type:
     """`LTXVideoTransformerBlock.forward` with AdaLN (`rms_norm_modulate`) and the gated residuals
-    (`gated_residual`) as kernels; a stateless layer for kernelize, one class per kernel module."""
+    (`gated_residual`) as kernels, and under torch.compile the cross-attention residual as ATen's add
+    (`residual_add`); a stateless layer for kernelize, one class per kernel module."""
     cached = _block_layers.get(id(kernel))
     if cached is not None:
         return cached
@@ -377,13 +378,13 @@ def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int]
     if unknown:
         raise ValueError(f"Unknown kinds to exclude: {sorted(unknown)}; kinds are {', '.join(KINDS)}")
 
-    mapped = set(exclude)
-    if not hasattr(module, "qk_rms_norm_rope") or mode_conflict(KernelLTXVideoAttnProcessor(module), mode):
-        mapped.add("LTXVideoRotaryPosEmbed")  # its tables are for the fused prologue, which cannot run here
+    unmapped = set(exclude)
+    if hasattr(module, "qk_rms_norm_rope") and mode_conflict(KernelLTXVideoAttnProcessor(module), mode):
+        unmapped.add("LTXVideoRotaryPosEmbed")  # the tables serve the fused prologue, which cannot serve `mode`
     total: Counter[str] = Counter()
     for name, model in _models_of(obj):
         device_type = _device_type(obj, model, device)
-        mapping = ltx_mapping(module, device_type, mapped)
+        mapping = ltx_mapping(module, device_type, unmapped)
         with use_kernel_mapping(mapping):
             _kernelize_layers(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
         counts = Counter(layer.__name__ for layer in kernelized_layers(model).values())

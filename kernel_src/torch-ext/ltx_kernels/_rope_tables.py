@@ -1,11 +1,12 @@
 """`rope_tables`: LTX-Video's RoPE cos/sin tables as one opaque op, so torch.compile computes them once.
 
-Diffusers builds the tables (`LTXVideoRotaryPosEmbed`) from cheap pointwise ops. Inductor does not store
-cheap pointwise results that many extern kernels read; it recomputes them in front of each one (before
-every `qk_rms_norm_rope` call, 28 times a forward in the 2B model, 100 MB per table). The outputs of a
-custom op are buffers, computed once and read by every block. Eager computes the same values as
-diffusers, in fewer passes (the interleave and padding are written in place instead of through
-repeat_interleave and cat).
+Diffusers builds the tables (`LTXVideoRotaryPosEmbed`) from cheap pointwise ops, which Inductor leaves
+unrealized. A custom op's tensor inputs get the strides the op saw when traced (the default layout
+constraint of custom ops), and an unrealized input is made into a copy of its own at each call, with the
+pointwise math inlined: the tables are recomputed in front of every `qk_rms_norm_rope` call (28 a forward
+in the 2B model, 100 MB per table). The outputs of an opaque op are buffers, computed once and read by
+every block. Eager computes the same values as diffusers, in fewer passes (the interleave and padding are
+written in place instead of through repeat_interleave and cat).
 """
 
 from __future__ import annotations
