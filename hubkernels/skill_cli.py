@@ -93,9 +93,11 @@ def _cmd_path(args: argparse.Namespace) -> int:
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `hubkernels skill install` and `hubkernels skill path`."""
+    """Add `hubkernels skill install` and `hubkernels skill path` (a second call is a no-op)."""
+    if "skill" in subparsers.choices:
+        return
     p = subparsers.add_parser("skill", help="install the agent skill for writing and shipping kernels")
-    sub = p.add_subparsers(dest="skill_command", required=True)
+    sub = p.add_subparsers(dest="skill_command", metavar="{install,path}", required=True)
     install = sub.add_parser("install", help="copy the skill where a coding agent finds it",
                              description="Copy SKILL.md, references/ and templates/ to .claude/skills/hubkernels/ "
                                          "(default), .codex/skills/hubkernels/ (--codex) or --dest.")
