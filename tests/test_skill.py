@@ -38,9 +38,19 @@ def frontmatter(text: str) -> dict[str, str]:
     return fields
 
 
+_ARTEFACTS = {"__pycache__", "build", "_build", ".pytest_cache"}
+
+
 def shipped_files(root: Path) -> dict[str, bytes]:
+    """{relative path: bytes} of the skill's files under `root`, leaving out build and test artefacts."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+            if p.is_file() and not _ARTEFACTS & set(p.relative_to(root).parts)
+            and p.name != "_ops.py" and p.suffix != ".pyc"}
+
+
+def installed_files(root: Path) -> dict[str, bytes]:
+    """{relative path: bytes} of every file under `root`, artefacts included."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -98,8 +108,8 @@ def test_skill_md_points_to_every_reference():
 def test_install_copies_the_whole_skill(tmp_path):
     dest = install_skill(tmp_path / "project" / ".claude" / "skills" / "hubkernels")
     assert dest == (tmp_path / "project" / ".claude" / "skills" / "hubkernels").absolute()
-    assert shipped_files(dest) == shipped_files(SKILL)
-    assert {"SKILL.md", "templates/build.toml", "references/cuda-patterns.md"} <= set(shipped_files(dest))
+    assert installed_files(dest) == shipped_files(SKILL)
+    assert {"SKILL.md", "templates/build.toml", "references/cuda-patterns.md"} <= set(installed_files(dest))
 
 
 def test_install_refuses_to_overwrite_unless_forced(tmp_path):
@@ -110,7 +120,7 @@ def test_install_refuses_to_overwrite_unless_forced(tmp_path):
     assert (dest / "notes.txt").exists()
     install_skill(dest, force=True)
     assert not (dest / "notes.txt").exists(), "--force replaces the earlier install entirely"
-    assert shipped_files(dest) == shipped_files(SKILL)
+    assert installed_files(dest) == shipped_files(SKILL)
     assert not list(tmp_path.glob(".hubkernels.*")), "no staging folder is left behind"
 
 
@@ -134,7 +144,7 @@ def test_install_leaves_out_build_artefacts(tmp_path, monkeypatch):
         (fake / junk).write_text("artefact")
     monkeypatch.setattr(skill_cli, "skill_dir", lambda: fake)
     dest = install_skill(tmp_path / "out")
-    assert shipped_files(dest) == shipped_files(SKILL)
+    assert installed_files(dest) == shipped_files(SKILL)
 
 
 def _cli():
