@@ -103,7 +103,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
                                          "(default), .codex/skills/hubkernels/ (--codex) or --dest.")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--dest", type=Path, help="install into this folder instead")
-    where.add_argument("--codex", action="store_true", help=f"install into {CODEX_DEST}/ (Codex) instead of {CLAUDE_DEST}/")
+    where.add_argument("--codex", action="store_true",
+                       help=f"install into {CODEX_DEST}/ (Codex) instead of {CLAUDE_DEST}/")
     install.add_argument("--force", action="store_true", help="replace an earlier install of the skill")
     install.set_defaults(func=_cmd_install)
     path = sub.add_parser("path", help="print where the skill lives inside the installed package")

@@ -215,7 +215,7 @@ def built(kernel_dir):
 def fast_norms(built):
     import hubkernels
 
-    return hubkernels.get_local_kernel(built.path)
+    return hubkernels.get_local_kernel(built.path, backend="cpu")
 
 
 def test_the_shipped_template_build_toml_is_valid():
@@ -303,7 +303,7 @@ def test_template_publishes_and_loads_back_from_a_hub(hub, kernel_dir, built):
 
     result = upload(kernel_dir, repo_id="skill-test/fast-norms")
     assert result.branch == "v1" and result.variants == (str(built.variant),)
-    loaded = hubkernels.get_kernel("skill-test/fast-norms", version=1, trust_remote_code=True)
+    loaded = hubkernels.get_kernel("skill-test/fast-norms", version=1, backend="cpu", trust_remote_code=True)
     x = torch.randn(2, 5, 64)
     expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
     torch.testing.assert_close(loaded.rms_norm(x), expected)

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     dev, dtype = torch.device(args.device), DTYPES[args.dtype]
     b, s, d = args.shape or ((2, 6144, 2048) if dev.type == "cuda" else (2, 1024, 2048))
-    kernel = hubkernels.get_local_kernel(build(ROOT, backend=dev.type, quiet=True).path)
+    kernel = hubkernels.get_local_kernel(build(ROOT, backend=dev.type, quiet=True).path, backend=dev.type)
     eps = 1e-6
     gen = torch.Generator(device=dev).manual_seed(time.time_ns() & 0xFFFFFFFF)
     inputs = [(torch.randn(b, s, d, device=dev, dtype=dtype, generator=gen),

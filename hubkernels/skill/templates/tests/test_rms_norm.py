@@ -38,7 +38,7 @@ def kernels():
     def get(device: str):
         if device not in loaded:
             result = build(ROOT, backend=device, quiet=True)
-            loaded[device] = hubkernels.get_local_kernel(result.path)
+            loaded[device] = hubkernels.get_local_kernel(result.path, backend=device)
         return loaded[device]
 
     return get
@@ -152,6 +152,9 @@ def test_layer_replaces_exactly_torch_nn_rmsnorm(kernel, device, gen):
     """kernelize swaps the forward of torch.nn.RMSNorm modules (matched by exact class) and the
     model computes the same; a look-alike class is left alone."""
     import hubkernels
+
+    if device == "cpu" and torch.cuda.is_available():
+        pytest.skip("LocalLayerRepository loads the build for this machine's backend (CUDA here)")
 
     class LookAlike(nn.Module):  # same name as torch's class, different math
         def forward(self, x: torch.Tensor) -> torch.Tensor:
