@@ -83,7 +83,7 @@ def op_support(kernel: ModuleType, op_names: Iterable[str]) -> tuple[bool, bool]
     return bool(backward), bool(compile_safe)
 
 
-def kernel_function(kernel: ModuleType, module: str, name: str) -> Optional[Callable]:
+def _kernel_function(kernel: ModuleType, module: str, name: str) -> Optional[Callable]:
     """`name` from the kernel package's submodule `module` (imported, which registers its ops), or None
     when this build has no such submodule (built before it existed)."""
     qualified = f"{kernel.__name__}.{module}"
@@ -141,7 +141,7 @@ def ltx_block_layer(kernel: ModuleType) -> type:
 
     rms_norm_modulate = kernel.rms_norm_modulate
     gated_residual = kernel.gated_residual
-    residual_add = kernel_function(kernel, "_residual_add", "residual_add")
+    residual_add = _kernel_function(kernel, "_residual_add", "residual_add")
     ops = ("rms_norm_modulate", "gated_residual") + (("residual_add",) if residual_add is not None else ())
     has_backward, can_compile = op_support(kernel, ops)
 
@@ -202,7 +202,7 @@ def ltx_rope_layer(kernel: ModuleType) -> type:
     import torch
     from torch import nn
 
-    rope_tables = kernel_function(kernel, "_rope_tables", "rope_tables")
+    rope_tables = _kernel_function(kernel, "_rope_tables", "rope_tables")
     if rope_tables is None:
         raise ValueError(f"{kernel.__name__} has no rope_tables op (built before it was added); rebuild it.")
     _, can_compile = op_support(kernel, ("rope_tables",))
@@ -343,7 +343,7 @@ def ltx_mapping(kernel: ModuleType, device_type: str, exclude: Iterable[str] = (
             available = all(hasattr(kernel, op) for op in ("rms_norm_modulate", "gated_residual"))
         elif kind == "LTXVideoRotaryPosEmbed":
             available = (hasattr(kernel, "qk_rms_norm_rope")
-                         and kernel_function(kernel, "_rope_tables", "rope_tables") is not None)
+                         and _kernel_function(kernel, "_rope_tables", "rope_tables") is not None)
         else:
             available = hasattr(layers, kind)
         if not available:
