@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from .errors import HubkernelsError
 
 #: Modules that add their own subcommands through `register_cli(subparsers)`.
-_PLUGGABLE = ("hubkernels.server", "hubkernels.publish", "hubkernels.fetch", "hubkernels.bench", "hubkernels.demo")
+_PLUGGABLE = ("hubkernels.server", "hubkernels.publish", "hubkernels.fetch", "hubkernels.bench", "hubkernels.demo",
+              "hubkernels.skill_cli")
 
 
 class _Parser(argparse.ArgumentParser):
