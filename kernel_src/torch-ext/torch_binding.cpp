@@ -170,6 +170,42 @@ void check_rope(const char* op, const at::Tensor& q, const at::Tensor& k, const 
   }
 }
 
+// Per-op argument checks: both backends run the same ones before any work.
+void check_rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& weight) {
+  check_input("rms_norm", x, "x");
+  if (weight) check_weight("rms_norm", x, *weight, "weight");
+}
+
+void check_rms_norm_modulate(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& shift,
+                             const std::optional<at::Tensor>& weight) {
+  constexpr const char* op = "rms_norm_modulate";
+  check_input(op, x, "x");
+  check_bsd(op, x);
+  check_broadcast_rows(op, x, scale, "scale");
+  check_broadcast_rows(op, x, shift, "shift");
+  if (weight) check_weight(op, x, *weight, "weight");
+}
+
+void check_gated_residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate) {
+  constexpr const char* op = "gated_residual";
+  check_input(op, x, "x");
+  check_bsd(op, x);
+  check_device(op, x, y, "y");
+  check_same_dtype(op, x, y, "y");
+  TORCH_CHECK(y.sizes() == x.sizes(), "ltx_kernels.", op, ": y has shape ", y.sizes(),
+              " but x is ", x.sizes(), "; x and y must have the same shape");
+  check_input(op, y, "y");
+  check_broadcast_rows(op, x, gate, "gate");
+}
+
+void check_qk_rms_norm_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& weight_q,
+                            const at::Tensor& weight_k, const at::Tensor& cos, const at::Tensor& sin) {
+  constexpr const char* op = "qk_rms_norm_rope";
+  check_rope(op, q, k, cos, sin);
+  check_weight(op, q, weight_q, "weight_q", "q");
+  check_weight(op, q, weight_k, "weight_k", "q");
+}
+
 int64_t rows_of(const at::Tensor& x) {
   const int64_t dim = x.size(-1);
   return dim == 0 ? 0 : x.numel() / dim;
@@ -201,9 +237,7 @@ void for_rows(int64_t rows, int64_t dim, const Fn& fn) {
 }
 
 at::Tensor rms_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& weight, double eps) {
-  constexpr const char* op = "rms_norm";
-  check_input(op, x, "x");
-  if (weight) check_weight(op, x, *weight, "weight");
+  check_rms_norm(x, weight);
   at::Tensor out = at::empty_like(x);
   const int64_t dim = x.size(-1);
   const auto dtype = cpu_dtype(x.scalar_type());
@@ -217,12 +251,7 @@ at::Tensor rms_norm_cpu(const at::Tensor& x, const std::optional<at::Tensor>& we
 at::Tensor rms_norm_modulate_cpu(const at::Tensor& x, const at::Tensor& scale,
                                  const at::Tensor& shift, const std::optional<at::Tensor>& weight,
                                  double eps) {
-  constexpr const char* op = "rms_norm_modulate";
-  check_input(op, x, "x");
-  check_bsd(op, x);
-  check_broadcast_rows(op, x, scale, "scale");
-  check_broadcast_rows(op, x, shift, "shift");
-  if (weight) check_weight(op, x, *weight, "weight");
+  check_rms_norm_modulate(x, scale, shift, weight);
   const auto [sc, sh, strides] = modulation_rows(scale, shift);
   at::Tensor out = at::empty_like(x);
   const int64_t dim = x.size(2);
@@ -265,15 +294,7 @@ at::Tensor gelu_tanh_cpu(const at::Tensor& x) {
 }
 
 at::Tensor gated_residual_cpu(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate) {
-  constexpr const char* op = "gated_residual";
-  check_input(op, x, "x");
-  check_bsd(op, x);
-  check_device(op, x, y, "y");
-  check_same_dtype(op, x, y, "y");
-  TORCH_CHECK(y.sizes() == x.sizes(), "ltx_kernels.", op, ": y has shape ", y.sizes(),
-              " but x is ", x.sizes(), "; x and y must have the same shape");
-  check_input(op, y, "y");
-  check_broadcast_rows(op, x, gate, "gate");
+  check_gated_residual(x, y, gate);
   const at::Tensor g = readable_rows(gate);
   const RowStrides strides = row_strides(g);
   at::Tensor out = at::empty_like(x);
@@ -292,10 +313,7 @@ std::tuple<at::Tensor, at::Tensor> qk_rms_norm_rope_cpu(const at::Tensor& q, con
                                                         const at::Tensor& weight_k,
                                                         const at::Tensor& cos,
                                                         const at::Tensor& sin, double eps) {
-  constexpr const char* op = "qk_rms_norm_rope";
-  check_rope(op, q, k, cos, sin);
-  check_weight(op, q, weight_q, "weight_q", "q");
-  check_weight(op, q, weight_k, "weight_k", "q");
+  check_qk_rms_norm_rope(q, k, weight_q, weight_k, cos, sin);
   at::Tensor q_out = at::empty_like(q);
   at::Tensor k_out = at::empty_like(k);
   const int64_t dim = q.size(-1);
@@ -323,9 +341,7 @@ ltx_cuda::DType cuda_dtype(at::ScalarType t) {
 }
 
 at::Tensor rms_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight, double eps) {
-  constexpr const char* op = "rms_norm";
-  check_input(op, x, "x");
-  if (weight) check_weight(op, x, *weight, "weight");
+  check_rms_norm(x, weight);
   const c10::cuda::CUDAGuard guard(x.device());
   at::Tensor out = at::empty_like(x);
   if (out.numel() == 0) return out;
@@ -339,12 +355,7 @@ at::Tensor rms_norm_cuda(const at::Tensor& x, const std::optional<at::Tensor>& w
 at::Tensor rms_norm_modulate_cuda(const at::Tensor& x, const at::Tensor& scale,
                                   const at::Tensor& shift, const std::optional<at::Tensor>& weight,
                                   double eps) {
-  constexpr const char* op = "rms_norm_modulate";
-  check_input(op, x, "x");
-  check_bsd(op, x);
-  check_broadcast_rows(op, x, scale, "scale");
-  check_broadcast_rows(op, x, shift, "shift");
-  if (weight) check_weight(op, x, *weight, "weight");
+  check_rms_norm_modulate(x, scale, shift, weight);
   const c10::cuda::CUDAGuard guard(x.device());
   const auto [sc, sh, strides] = modulation_rows(scale, shift);
   at::Tensor out = at::empty_like(x);
@@ -386,15 +397,7 @@ at::Tensor gelu_tanh_cuda(const at::Tensor& x) {
 }
 
 at::Tensor gated_residual_cuda(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate) {
-  constexpr const char* op = "gated_residual";
-  check_input(op, x, "x");
-  check_bsd(op, x);
-  check_device(op, x, y, "y");
-  check_same_dtype(op, x, y, "y");
-  TORCH_CHECK(y.sizes() == x.sizes(), "ltx_kernels.", op, ": y has shape ", y.sizes(),
-              " but x is ", x.sizes(), "; x and y must have the same shape");
-  check_input(op, y, "y");
-  check_broadcast_rows(op, x, gate, "gate");
+  check_gated_residual(x, y, gate);
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor g = readable_rows(gate);
   const RowStrides strides = row_strides(g);
@@ -412,10 +415,7 @@ std::tuple<at::Tensor, at::Tensor> qk_rms_norm_rope_cuda(const at::Tensor& q, co
                                                          const at::Tensor& weight_k,
                                                          const at::Tensor& cos,
                                                          const at::Tensor& sin, double eps) {
-  constexpr const char* op = "qk_rms_norm_rope";
-  check_rope(op, q, k, cos, sin);
-  check_weight(op, q, weight_q, "weight_q", "q");
-  check_weight(op, q, weight_k, "weight_k", "q");
+  check_qk_rms_norm_rope(q, k, weight_q, weight_k, cos, sin);
   const c10::cuda::CUDAGuard guard(q.device());
   at::Tensor q_out = at::empty_like(q);
   at::Tensor k_out = at::empty_like(k);
