@@ -3,16 +3,18 @@
 //   cuda-emu [SUITE ...]   suites: rms mod gated gelu rope qk rowgroup (default: all but rowgroup,
 //                          which holds the rows whose launch shape LTX_ROW_GROUP picks), or one of
 //                          fault-misaligned / -overflow / -deadlock / -race, kernels with a bug
-//                          that the emulation must report (harness.py says how)
+//                          that the emulation must report (tests/test_cuda_emulation.py says how)
 //
 // Each check poisons the output with NaN, runs the op, and requires every output element within
 // one rounding (16-bit types) or 2e-5 (fp32) of a float64 reference computed from the same
 // rounded inputs, and every input unchanged. Buffers are exactly as long as the tensor and start
-// on a 64-byte boundary or `off` elements past it, so a read or write past either end is an
-// AddressSanitizer report and a misaligned 16-byte access an UndefinedBehaviorSanitizer one.
+// on a 64-byte boundary or `off` elements past it, so a read or write past the end (or, to ASan's
+// 8-byte granularity, before the start) is an AddressSanitizer report and a misaligned 16-byte
+// access an UndefinedBehaviorSanitizer one.
 //
 // Output, one line each: FAIL <check>: ...; SUITE <name> <checks>; KERNEL <launches> <name> for
-// every kernel instantiation in the binary; RESULT checks=N failed=F launches=L.
+// every kernel instantiation in the binary; WORST <dtype> <largest error / tolerance>;
+// RESULT checks=N failed=F launches=L. On stderr, CASE <check> before each check runs.
 #include "emu.h"
 #include "ltx_cuda.h"
 
@@ -104,7 +106,12 @@ static void tol(DType d, double& rtol, double& atol) {
 }
 static std::map<std::string, double> worst;  // dtype -> largest error / tolerance seen
 
-static void begin() { emu::recent.clear(); }
+// Names the check on stderr (unbuffered) before it runs: the line before a sanitizer report or an
+// EMU ERROR says which case died.
+static void begin(const std::string& what) {
+  std::fprintf(stderr, "CASE %s\n", what.c_str());
+  emu::recent.clear();
+}
 
 static std::string launched() {
   std::string s;
@@ -193,16 +200,16 @@ static void check_rms(DType dt, int64_t rows, int64_t dim, bool weight, int off 
   x.randn();
   w.randn();
   out.poison();
-  begin();
+  const std::string what = "rms_norm " + std::string(dname(dt)) + " rows=" + to_string(rows) +
+                           " dim=" + to_string(dim) + (weight ? " weight" : "") + " off=" + to_string(off);
+  begin(what);
   rms_norm(out.p, x.p, weight ? w.p : nullptr, rows, dim, 1e-6f, dt, nullptr);
   std::vector<double> ref;
   for (int64_t r = 0; r < rows; ++r) {
     auto y = ref_norm_row(x, r, dim, 1e-6, weight ? &w : nullptr);
     ref.insert(ref.end(), y.begin(), y.end());
   }
-  compare("rms_norm " + std::string(dname(dt)) + " rows=" + to_string(rows) + " dim=" + to_string(dim) +
-              (weight ? " weight" : "") + " off=" + to_string(off),
-          out, ref, {&x, &w});
+  compare(what, out, ref, {&x, &w});
 }
 
 static void check_modulate(DType dt, int64_t B, int64_t S, int64_t D, int mode, bool weight, int off = 0) {
@@ -214,7 +221,10 @@ static void check_modulate(DType dt, int64_t B, int64_t S, int64_t D, int mode, 
   sh.randn();
   w.randn();
   out.poison();
-  begin();
+  const std::string what = "rms_norm_modulate " + std::string(dname(dt)) + " B=" + to_string(B) +
+                           " S=" + to_string(S) + " D=" + to_string(D) + " layout=" + to_string(mode) +
+                           (weight ? " weight" : "") + " off=" + to_string(off);
+  begin(what);
   rms_norm_modulate(out.p, x.p, sc.at(l.base), sh.at(l.base), weight ? w.p : nullptr, rows, S, D,
                     l.bs, l.ts, 1e-6f, dt, nullptr);
   std::vector<double> ref;
@@ -226,10 +236,7 @@ static void check_modulate(DType dt, int64_t B, int64_t S, int64_t D, int mode, 
       ref.push_back(y[i] * (1 + sc.get(m)) + sh.get(m));
     }
   }
-  compare("rms_norm_modulate " + std::string(dname(dt)) + " B=" + to_string(B) + " S=" + to_string(S) +
-              " D=" + to_string(D) + " layout=" + to_string(mode) + (weight ? " weight" : "") +
-              " off=" + to_string(off),
-          out, ref, {&x, &sc, &sh, &w});
+  compare(what, out, ref, {&x, &sc, &sh, &w});
 }
 
 static void check_gated(DType dt, int64_t B, int64_t S, int64_t D, int mode, int off = 0) {
@@ -240,7 +247,10 @@ static void check_gated(DType dt, int64_t B, int64_t S, int64_t D, int mode, int
   y.randn();
   g.randn();
   out.poison();
-  begin();
+  const std::string what = "gated_residual " + std::string(dname(dt)) + " B=" + to_string(B) +
+                           " S=" + to_string(S) + " D=" + to_string(D) + " layout=" + to_string(mode) +
+                           " off=" + to_string(off);
+  begin(what);
   gated_residual(out.p, x.p, y.p, g.at(l.base), rows, S, D, l.bs, l.ts, dt, nullptr);
   std::vector<double> ref;
   for (int64_t r = 0; r < rows; ++r) {
@@ -248,9 +258,7 @@ static void check_gated(DType dt, int64_t B, int64_t S, int64_t D, int mode, int
     for (int64_t i = 0; i < D; ++i)
       ref.push_back(x.get(r * D + i) + y.get(r * D + i) * g.get(l.base + b * l.bs + s * l.ts + i));
   }
-  compare("gated_residual " + std::string(dname(dt)) + " B=" + to_string(B) + " S=" + to_string(S) +
-              " D=" + to_string(D) + " layout=" + to_string(mode) + " off=" + to_string(off),
-          out, ref, {&x, &y, &g});
+  compare(what, out, ref, {&x, &y, &g});
 }
 
 static void check_gelu(DType dt, int64_t n, int off = 0) {
@@ -265,15 +273,15 @@ static void check_gelu(DType dt, int64_t n, int off = 0) {
     x.saved.assign(static_cast<unsigned char*>(x.p), static_cast<unsigned char*>(x.p) + x.bytes());
   }
   out.poison();
-  begin();
+  const std::string what = "gelu_tanh " + std::string(dname(dt)) + " n=" + to_string(n) + " off=" + to_string(off);
+  begin(what);
   gelu_tanh(out.p, x.p, n, dt, nullptr);
   std::vector<double> ref(n);
   for (int64_t i = 0; i < n; ++i) {
     const double v = x.get(i);
     ref[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
   }
-  compare("gelu_tanh " + std::string(dname(dt)) + " n=" + to_string(n) + " off=" + to_string(off), out,
-          ref, {&x});
+  compare(what, out, ref, {&x});
 }
 
 static void check_rope(DType dt, int64_t rows, int64_t dim, int off = 0) {
@@ -285,7 +293,9 @@ static void check_rope(DType dt, int64_t rows, int64_t dim, int off = 0) {
   s.randn();
   qo.poison();
   ko.poison();
-  begin();
+  const std::string tag =
+      std::string(dname(dt)) + " rows=" + to_string(rows) + " dim=" + to_string(dim) + " off=" + to_string(off);
+  begin(std::string("rope_interleaved_qk ") + tag);
   rope_interleaved_qk(qo.p, ko.p, q.p, k.p, c.f32(), s.f32(), rows, dim, dt, nullptr);
   std::vector<double> rq(rows * dim), rk(rows * dim);
   for (int64_t i = 0; i < rows * dim; ++i) {
@@ -294,8 +304,6 @@ static void check_rope(DType dt, int64_t rows, int64_t dim, int off = 0) {
   }
   ref_rope(rq, c.f32(), s.f32());
   ref_rope(rk, c.f32(), s.f32());
-  const std::string tag =
-      std::string(dname(dt)) + " rows=" + to_string(rows) + " dim=" + to_string(dim) + " off=" + to_string(off);
   compare("rope_interleaved_qk q " + tag, qo, rq, {&q, &k, &c, &s});
   compare("rope_interleaved_qk k " + tag, ko, rk);
 }
@@ -312,7 +320,9 @@ static void check_qk(DType dt, int64_t rows, int64_t dim, int off = 0) {
   s.randn();
   qo.poison();
   ko.poison();
-  begin();
+  const std::string tag =
+      std::string(dname(dt)) + " rows=" + to_string(rows) + " dim=" + to_string(dim) + " off=" + to_string(off);
+  begin(std::string("qk_rms_norm_rope ") + tag);
   qk_rms_norm_rope(qo.p, ko.p, q.p, k.p, wq.p, wk.p, c.f32(), s.f32(), rows, dim, 1e-5f, dt, nullptr);
   std::vector<double> rq, rk;
   for (int64_t r = 0; r < rows; ++r) {
@@ -323,8 +333,6 @@ static void check_qk(DType dt, int64_t rows, int64_t dim, int off = 0) {
     ref_rope(b, c.f32() + r * dim, s.f32() + r * dim);
     rk.insert(rk.end(), b.begin(), b.end());
   }
-  const std::string tag =
-      std::string(dname(dt)) + " rows=" + to_string(rows) + " dim=" + to_string(dim) + " off=" + to_string(off);
   compare("qk_rms_norm_rope q " + tag, qo, rq, {&q, &k, &wq, &wk, &c, &s});
   compare("qk_rms_norm_rope k " + tag, ko, rk);
 }
@@ -446,7 +454,7 @@ static void fault(const std::string& name) {
   } else if (name == "fault-race") {
     c.randn();
     b.poison();
-    begin();
+    begin("missing __syncthreads");
     emu::launch<&selftest::missing_syncthreads>(emu::Config(2, 64), b.f32(), static_cast<const float*>(c.f32()));
     std::vector<double> ref(128);
     for (int i = 0; i < 128; ++i) ref[i] = c.get(i / 64 * 64 + 63 - i % 64);

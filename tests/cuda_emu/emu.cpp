@@ -21,7 +21,7 @@
 // emu_switch(from, to): push the System V callee-saved registers, save rsp in *from, load `to`,
 // pop the registers saved there and return into that fiber.
 asm(R"(
-  .text
+  .pushsection .text
   .globl emu_switch
   .type emu_switch, @function
 emu_switch:
@@ -47,7 +47,7 @@ emu_switch:
   popq %rbp
   ret
   .size emu_switch, .-emu_switch
-  .section .note.GNU-stack,"",@progbits
+  .popsection
 )");
 
 namespace emu {

@@ -2,13 +2,14 @@
 // sources run under g++ (harness.py prepares them, cases.cpp checks them).
 //
 // A launch runs its blocks one after another. Each CUDA thread of a block is a fiber (its own
-// stack, switched with swapcontext) on the calling thread: a fiber runs until it waits at a
+// stack; emu.cpp switches them) on the calling thread: a fiber runs until it waits at a
 // barrier (__syncthreads; __syncwarp and the warp shuffles wait for the warp) or returns, then
-// the next one runs. A barrier opens when every thread that has not returned is waiting at it,
-// as on the GPU since Volta. When no fiber can run and some have not returned, that is a
-// deadlock on the GPU too: the launch aborts and says who waits where. Fibers run in thread order
-// in even blocks and in reverse order in odd ones, so a result that depends on the order of the
-// threads between two barriers (a missing __syncthreads) usually shows as a wrong value.
+// the next one runs. A barrier opens when every thread that has not returned is waiting at it
+// (PTX `exit` releases barriers that only exited threads hold up). When no fiber can run and some
+// have not returned, that is a deadlock on the GPU too: the launch aborts and says who waits
+// where. Alternate blocks run their fibers in thread order and in reverse, so a result that
+// depends on the order of the threads between two barriers (a missing __syncthreads) usually
+// shows as a wrong value.
 // A shuffle that reads a lane which has returned aborts. __shared__ variables are static: one
 // copy, reused by every block (a kernel that reads shared memory before writing it reads the
 // previous block's values here, garbage on the GPU).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -26,13 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MIN_GCC = 12  # <barrier> and the C++20 the emulation uses
+MIN_GCC = 12  # C++20 (template <auto>, inline variables) with the CUDA 13 host headers
+# -O0: the build is most of a cold run (the row-norm sources instantiate ~80 kernels each).
 CXXFLAGS = [
-    "-std=c++20", "-O0", "-g1", "-pthread", "-fno-omit-frame-pointer",
+    "-std=c++20", "-O0", "-g1", "-fno-omit-frame-pointer",
     "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
 ]
-RUNTIME = (HERE / "emu.cpp", HERE / "cases.cpp")  # compiled with the kernel sources
-ROW_GROUPS = (32, 64, 128, 256)  # every value the LTX_ROW_GROUP hook of row_norm.cuh accepts
+RUNTIME = (HERE / "emu.cpp", HERE / "cases.cpp")  # compiled with the kernel sources, and
+RUNTIME_FLAGS = ["-O1"]  # optimised: drawing the random inputs at -O0 would take most of the run
 DEFAULT_TIMEOUT_S = 300.0
 
 # Inline PTX the kernels use, by instruction: the C++ statement that replaces
@@ -70,6 +72,8 @@ def find_toolchain() -> Toolchain | str:
         return f"`{cxx}` does not run: {e}"
     if "clang" in ident.lower() or not version or int(version.split(".")[0]) < MIN_GCC:
         return f"`{cxx}` is {version or 'unknown'}; the CUDA emulation needs g++ >= {MIN_GCC}"
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"the emulation switches fibers in x86-64 assembly (emu.cpp), this is {platform.machine()}"
     include = _cuda_include()
     if include is None:
         return ("no CUDA headers (cuda_runtime.h, cuda_fp16.h, cuda_bf16.h): install the CUDA toolkit "
@@ -95,7 +99,7 @@ def _cuda_include() -> Path | None:
 def _sanitizer_probe(cxx: str) -> str | None:
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "probe.cpp"
-        src.write_text("#include <thread>\nint main() { std::thread([] {}).join(); }\n")
+        src.write_text("#include <cstdio>\nint main() { std::puts(\"ok\"); }\n")
         r = subprocess.run([cxx, *CXXFLAGS, str(src), "-o", str(Path(d) / "probe")],
                            capture_output=True, text=True)
         if r.returncode != 0:
@@ -148,7 +152,11 @@ def rewrite(text: str, name: str) -> str:
 
 
 def _move_launch_bounds(text: str, name: str) -> str:
-    while (at := text.find("__launch_bounds__(")) >= 0:
+    start = 0
+    while (at := text.find("__launch_bounds__(", start)) >= 0:
+        start = at + 1
+        if "//" in text[text.rfind("\n", 0, at) + 1 : at]:
+            continue  # in a comment
         open_ = at + len("__launch_bounds__")
         close = _matching(text, open_, name)
         max_threads = _split_top_level(text[open_ + 1 : close])[0]
@@ -213,7 +221,8 @@ def build(repo: Path, cache: Path, toolchain: Toolchain, *, jobs: int | None = N
         headers = sorted(p for p in tmp.iterdir() if p.suffix in {".h", ".cuh"}) + [HERE / "emu.h"]
         for h in headers:
             common.update(h.name.encode() + b"\0" + h.read_bytes() + b"\0")
-        unit_keys = {u.name: hashlib.sha256(common.digest() + u.read_bytes()).hexdigest()[:16]
+        unit_keys = {u.name: hashlib.sha256(common.digest() + " ".join(_unit_flags(u)).encode()
+                                            + u.read_bytes()).hexdigest()[:16]
                      for u in [*units, *RUNTIME]}
         key = hashlib.sha256("".join(sorted(unit_keys.values())).encode()).hexdigest()[:16]
         # The rewritten sources stay in place: compiler errors and sanitizer reports point at them.
@@ -243,7 +252,8 @@ def build(repo: Path, cache: Path, toolchain: Toolchain, *, jobs: int | None = N
     def compile_one(job: tuple[Path, Path]) -> None:
         unit, obj = job
         tmp_obj = obj.with_name(f"{obj.name}.{os.getpid()}.tmp")
-        _compile([toolchain.cxx, *flags, "-c", str(unit), "-o", str(tmp_obj)], unit.name)
+        _compile([toolchain.cxx, *flags, *_unit_flags(unit), "-c", str(unit), "-o", str(tmp_obj)],
+                 unit.name)
         os.replace(tmp_obj, obj)
 
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as ex:
@@ -254,6 +264,10 @@ def build(repo: Path, cache: Path, toolchain: Toolchain, *, jobs: int | None = N
     os.replace(tmp_bin, binary)
     _prune(cache, keep)
     return binary
+
+
+def _unit_flags(unit: Path) -> list[str]:
+    return RUNTIME_FLAGS if unit.name in {r.name for r in RUNTIME} else []
 
 
 def _compile(cmd: list[str], what: str) -> None:
@@ -290,6 +304,8 @@ class RunResult:
     suites: dict[str, int] = field(default_factory=dict)  # suite -> checks run
     kernels: dict[str, int] = field(default_factory=dict)  # every kernel instantiation -> launches
     failures: list[str] = field(default_factory=list)
+    last_case: str = ""  # the check that ran last (the one that died, if the process did)
+    worst: dict[str, float] = field(default_factory=dict)  # dtype -> largest error / tolerance
     seconds: float = 0.0
 
     @property
@@ -313,7 +329,15 @@ def run(binary: Path, suites: list[str] | None = None, *, row_group: int | None 
             f"the emulation ran past {timeout:.0f} s: a __syncthreads or shuffle that some threads "
             f"of a block never reach (a deadlock on the GPU too), or far more work than the cases "
             f"should take.\n{(e.stdout or b'')[-3000:]!r}") from e
-    result = RunResult(r.returncode, r.stdout + r.stderr, seconds=time.perf_counter() - t0)
+    stderr = []
+    last_case = ""
+    for line in r.stderr.splitlines():
+        if line.startswith("CASE "):
+            last_case = line[5:]
+        else:
+            stderr.append(line)
+    result = RunResult(r.returncode, r.stdout + "\n".join(stderr), last_case=last_case,
+                       seconds=time.perf_counter() - t0)
     for line in r.stdout.splitlines():
         if line.startswith("FAIL "):
             result.failures.append(line)
@@ -323,6 +347,9 @@ def run(binary: Path, suites: list[str] | None = None, *, row_group: int | None 
         elif line.startswith("SUITE "):
             _, name, n = line.split()
             result.suites[name] = int(n)
+        elif line.startswith("WORST "):
+            _, dtype, ratio = line.split()[:3]
+            result.worst[dtype] = float(ratio)
         elif line.startswith("RESULT "):
             fields = dict(kv.split("=") for kv in line.split()[1:])
             result.checks, result.failed = int(fields["checks"]), int(fields["failed"])
@@ -330,9 +357,22 @@ def run(binary: Path, suites: list[str] | None = None, *, row_group: int | None 
     return result
 
 
-def row_group_hook(repo: Path) -> bool:
-    """Whether the launchers read LTX_ROW_GROUP (the emulation then runs every value of it)."""
-    return any("LTX_ROW_GROUP" in p.read_text() for p in cuda_sources(repo) if p.is_file())
+def row_groups(repo: Path) -> tuple[int, ...]:
+    """The LTX_ROW_GROUP values the CUDA sources handle (`case N:` of the switch on
+    row_group_override()) or document (`LTX_ROW_GROUP=64|128|256`); () without the hook."""
+    values: set[int] = set()
+    for path in cuda_sources(repo):
+        text = path.read_text() if path.is_file() else ""
+        for m in re.finditer(r"LTX_ROW_GROUP=([\d|]+)", text):
+            values.update(int(v) for v in m[1].split("|") if v)
+        for m in re.finditer(r"switch\s*\(\s*row_group_override\(\)\s*\)\s*\{", text):
+            depth, end = 0, m.end() - 1
+            for end in range(m.end() - 1, len(text)):
+                depth += {"{": 1, "}": -1}.get(text[end], 0)
+                if depth == 0:
+                    break
+            values.update(int(v) for v in re.findall(r"\bcase\s+(\d+)\s*:", text[m.end() : end]))
+    return tuple(sorted(values))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,18 +391,19 @@ def main(argv: list[str] | None = None) -> int:
     binary = build(repo, args.cache or repo / "_build" / "cuda_emu", tc)
     print(f"built {binary} in {time.perf_counter() - t0:.1f} s")
     runs = [(None, run(binary, args.suites))]
-    if row_group_hook(repo) and (not args.suites or "rowgroup" in args.suites):
-        runs += [(g, run(binary, ["rowgroup"], row_group=g)) for g in ROW_GROUPS]
+    if not args.suites or "rowgroup" in args.suites:
+        runs += [(g, run(binary, ["rowgroup"], row_group=g)) for g in row_groups(repo)]
     ok = True
     launched: dict[str, int] = {}
     for group, res in runs:
         label = "default launch shapes" if group is None else f"LTX_ROW_GROUP={group}"
-        print(f"{label}: {res.passed} passed, {res.failed} failed, {res.launches} launches "
-              f"({res.seconds:.1f} s)")
+        worst = ", ".join(f"{dt} {r:.2f}" for dt, r in sorted(res.worst.items()))
+        print(f"{label}: {res.passed} passed, {res.failed} failed, {res.launches} launches, "
+              f"largest error / tolerance: {worst} ({res.seconds:.1f} s)")
         for f in res.failures:
             print("  " + f)
         if res.returncode != 0 and not res.failures:
-            print(res.output[-4000:])
+            print(f"  died in: {res.last_case}\n{res.output[-4000:]}")
         ok &= res.returncode == 0 and res.failed == 0 and res.checks > 0
         for name, n in res.kernels.items():
             launched[name] = launched.get(name, 0) + n
