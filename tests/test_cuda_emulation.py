@@ -11,7 +11,8 @@ What it proves, on a machine without a GPU:
   (any alignment, any width) paths, with partly filled last blocks and every modulation/gate layout;
 - every output element is written, no input is written, and no thread reads or writes outside its
   tensors (AddressSanitizer) or makes a misaligned 16-byte access (UndefinedBehaviorSanitizer);
-- every launch fits the CUDA limits and the kernel's __launch_bounds__, and no barrier deadlocks;
+- every launch fits the CUDA limits and the kernel's __launch_bounds__, no barrier deadlocks, and
+  empty tensors launch nothing (a zero-size grid is a launch error);
 - every kernel instantiation the launchers can pick ran, including each LTX_ROW_GROUP override of
   the 2048-wide bf16 row shape (the test fails, naming it, when a new shape is never reached).
 
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.slow
 
 # Checks per suite in tests/cuda_emu/cases.cpp: a loop that silently stops running cases fails
 # here. Change these with the cases.
-EXPECTED = {"rms": 163, "mod": 311, "gated": 121, "gelu": 55, "rope": 168, "qk": 152}
+EXPECTED = {"rms": 163, "mod": 311, "gated": 121, "gelu": 55, "rope": 168, "qk": 152, "empty": 45}
 EXPECTED_ROW_GROUP = {"rowgroup": 54}
 
 

@@ -1,6 +1,6 @@
 // The cases: every launcher of ltx_cuda.h on the CPU emulation (emu.h) against float64 references.
 //
-//   cuda-emu [SUITE ...]   suites: rms mod gated gelu rope qk rowgroup (default: all but rowgroup,
+//   cuda-emu [SUITE ...]   suites: rms mod gated gelu rope qk empty rowgroup (default: all but rowgroup,
 //                          which holds the rows whose launch shape LTX_ROW_GROUP picks), or one of
 //                          fault-misaligned / -overflow / -deadlock / -race, kernels with a bug
 //                          that the emulation must report (tests/test_cuda_emulation.py says how)
@@ -86,7 +86,7 @@ struct Buf {
     for (int64_t i = 0; i < n; ++i) set(i, NAN);
     return *this;
   }
-  bool unchanged() const { return std::memcmp(saved.data(), p, bytes()) == 0; }
+  bool unchanged() const { return bytes() == 0 || std::memcmp(saved.data(), p, bytes()) == 0; }
 };
 
 static const char* dname(DType d) { return d == DType::F32 ? "f32" : d == DType::F16 ? "f16" : "bf16"; }
@@ -408,6 +408,21 @@ static void suite_qk() {
   check_qk(DType::BF16, 67, 2048);  // LTX-Video: 2048 wide, many blocks
 }
 
+// Empty tensors (no rows, zero width): no launch at all, as a zero-size grid is a launch error.
+static void suite_empty() {
+  for (DType dt : kDtypes) {
+    for (int64_t rows : {0, 3}) {
+      const int64_t dim = rows ? 0 : 2048;
+      check_rms(dt, rows, dim, true);
+      check_modulate(dt, rows ? 1 : 0, rows, dim, 0, false);
+      check_gated(dt, rows ? 1 : 0, rows, dim, 0);
+      check_rope(dt, rows, dim);
+      check_qk(dt, rows, dim);
+    }
+    check_gelu(dt, 0);
+  }
+}
+
 // Rows of 129..256 vectors (2048 bf16), the size class whose launch shape LTX_ROW_GROUP overrides:
 // run under each value of it.
 static void suite_rowgroup() {
@@ -468,10 +483,10 @@ static void fault(const std::string& name) {
 int main(int argc, char** argv) {
   const std::map<std::string, void (*)()> suites = {
       {"rms", suite_rms},   {"mod", suite_mod}, {"gated", suite_gated},       {"gelu", suite_gelu},
-      {"rope", suite_rope}, {"qk", suite_qk},   {"rowgroup", suite_rowgroup},
+      {"rope", suite_rope}, {"qk", suite_qk},   {"empty", suite_empty},     {"rowgroup", suite_rowgroup},
   };
   std::vector<std::string> run(argv + 1, argv + argc);
-  if (run.empty()) run = {"rms", "mod", "gated", "gelu", "rope", "qk"};
+  if (run.empty()) run = {"rms", "mod", "gated", "gelu", "rope", "qk", "empty"};
   for (const auto& name : run) {
     if (name.rfind("fault-", 0) == 0) {
       fault(name);
