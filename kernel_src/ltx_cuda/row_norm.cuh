@@ -27,6 +27,7 @@
 // top: 106 -> 179 registers for bf16 modulate).
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "vec.cuh"
@@ -193,12 +194,19 @@ void launch_two_pass(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
       <<<grid, block_threads(kGroup), 0, stream>>>(in, ep, rows, dim, eps);
 }
 
-// LTX_ROW_GROUP=64|128|256 picks another launch shape for rows of 129..256 16-byte chunks (2048 bf16):
-// a hook for `hubkernels bench` sweeps on a new GPU, read once per process; unset = the tuned default.
+// LTX_ROW_GROUP=32|64|128|256 picks another launch shape for rows of 129..256 16-byte chunks (2048 bf16):
+// a hook for `hubkernels bench` sweeps on a new GPU, read once per process; unset = the tuned default (64).
+// Any other value is reported on stderr once and ignored, so a mistyped sweep does not pass for a result.
 inline int row_group_override() {
   static const int value = [] {
     const char* s = std::getenv("LTX_ROW_GROUP");
-    return s ? std::atoi(s) : 0;
+    if (s == nullptr) return 0;
+    const int v = std::atoi(s);
+    if (v != 32 && v != 64 && v != 128 && v != 256) {
+      std::fprintf(stderr, "ltx_kernels: ignoring LTX_ROW_GROUP=%s (expected 32, 64, 128 or 256)\n", s);
+      return 0;
+    }
+    return v;
   }();
   return value;
 }
