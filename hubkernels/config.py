@@ -411,20 +411,13 @@ def load_config(path: str | Path, *, validate_files: bool = True) -> BuildConfig
 # Reading tables
 
 
+_TOML_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+                    (list, "an array"), (dict, "a table"))
+
+
 def _toml_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return "a date/time"
+    """How a TOML value's type reads in an error message (bool before int: True is an int in Python)."""
+    return next((name for kind, name in _TOML_TYPE_NAMES if isinstance(value, kind)), "a date/time")
 
 
 def _toml_value(value: Any) -> str:
