@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,12 +50,6 @@ _AGAIN = {
     "hubkernels": "k = _f.get_kernel({repo!r}, version=1)",
     "kernels": "k = _k.get_kernel({repo!r}, version=1)",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _requests(hub: Any) -> tuple[list[str], int]:
@@ -103,8 +96,10 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str, Any]:
     """Build (unless `rebuild` is False: publish the existing build), publish and measure; returns the JSON-able
     results. Must run before huggingface_hub is imported (it points the client at the local Hub)."""
-    port = _free_port()
-    os.environ.update({"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_DISABLE_XET": "1",
+    from .server import BackgroundHub
+
+    hub = BackgroundHub(work / "hub", trusted_orgs=("hubkernels",), start=False)  # bound now: the URL is known
+    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1",
                        "HF_HOME": str(work / "hf-home"), "HF_HUB_CACHE": str(work / "publish-cache"),
                        "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HUBKERNELS_CACHE", "KERNELS_CACHE", "HUBKERNELS_VERSION_TTL"):
@@ -112,7 +107,6 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
     from .build import build
     from .load import resolve_local
     from .publish import upload
-    from .server import BackgroundHub
 
     if rebuild:
         built = build(path, quiet=True)
@@ -120,7 +114,7 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
     else:
         variant_dir, resolution = resolve_local(path)
         variant = str(resolution.chosen)
-    with BackgroundHub(work / "hub", port=port, trusted_orgs=("hubkernels",)) as hub:
+    with hub:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # dirty work trees warn; the benchmark does not care
             upload(path, repo_id=REPO_ID, variants=[variant])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,12 +26,6 @@ SMALL_LTX = dict(in_channels=8, out_channels=8, num_attention_heads=4, attention
 #: A larger configuration for the timing table (still seconds on a laptop CPU).
 TIMING_LTX = dict(in_channels=128, out_channels=128, num_attention_heads=8, attention_head_dim=64,
                   cross_attention_dim=512, caption_channels=256, num_layers=4)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _Steps:
@@ -73,15 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hubkernels-demo-"))
-    port = _free_port()
-    env_updates = {"HF_ENDPOINT": f"http://127.0.0.1:{port}", "HF_HUB_DISABLE_XET": "1",
-                   "HF_HOME": str(work / "hf-home"), "HF_HUB_CACHE": str(work / "hf-cache"),
-                   "HF_TOKEN": "hf_demo_local_token", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    if "huggingface_hub" in sys.modules and sys.modules["huggingface_hub"].constants.ENDPOINT != env_updates["HF_ENDPOINT"]:
-        # huggingface_hub reads HF_ENDPOINT once, at import: run the demo in a process that sees ours.
-        argv = [a for a in sys.argv[1:]] if sys.argv[1:2] == ["demo"] else ["demo"]
+    if "huggingface_hub" in sys.modules:
+        # huggingface_hub reads HF_ENDPOINT once, at import: run the demo in a process that sees the embedded Hub.
+        argv = sys.argv[1:] if sys.argv[1:2] == ["demo"] else ["demo"]
         return subprocess.call([sys.executable, "-m", "hubkernels", *argv, "--workdir", str(work)])
-    os.environ.update(env_updates)
 
     import torch
 
@@ -95,7 +83,10 @@ def _run(args: argparse.Namespace) -> int:
     result = steps.run("build ltx-kernels for this machine", lambda: (
         (r := build(ROOT, quiet=not args.verbose)), f"{r.variant} ({'up to date' if r.up_to_date else 'compiled'})"))
     hub = steps.run("start the embedded Hub", lambda: (
-        (h := BackgroundHub(work / "hub", port=port, trusted_orgs=("hubkernels",)).start()), h.url))
+        (h := BackgroundHub(work / "hub", trusted_orgs=("hubkernels",)).start()), h.url))
+    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(work / "hf-home"),
+                       "HF_HUB_CACHE": str(work / "hf-cache"), "HF_TOKEN": "hf_demo_local_token",
+                       "HF_HUB_DISABLE_PROGRESS_BARS": "1"})  # before anything imports huggingface_hub
 
     try:
         from .publish import upload

@@ -17,10 +17,11 @@ def cache_dir() -> Path | None:
 
 
 def local_kernels() -> dict[str, Path]:
-    """`LOCAL_KERNELS`: `org/name=/path` entries separated by `os.pathsep` (also ':' for HF compatibility)."""
+    """`LOCAL_KERNELS`: `org/name=/path` entries separated by `os.pathsep` (':' on POSIX, as HF kernels reads it;
+    ';' works everywhere, so Windows drive letters survive)."""
     raw = os.environ.get("LOCAL_KERNELS", "")
     out: dict[str, Path] = {}
-    for entry in raw.replace(";", os.pathsep).split(os.pathsep if os.pathsep != ":" else ":"):
+    for entry in raw.replace(";", os.pathsep).split(os.pathsep):
         if "=" in entry:
             repo_id, path = entry.split("=", 1)
             out[repo_id.strip()] = Path(path.strip()).expanduser()
@@ -48,14 +49,3 @@ def version_freshness_s() -> float:
         return float(os.environ.get("HUBKERNELS_VERSION_TTL", "600"))
     except ValueError:
         return 600.0
-
-
-def build_jobs() -> int | None:
-    """`MAX_JOBS`: parallel compile jobs for ninja (torch.utils.cpp_extension honours it too)."""
-    value = os.environ.get("MAX_JOBS")
-    return int(value) if value and value.isdigit() else None
-
-
-def hub_endpoint() -> str:
-    """`HF_ENDPOINT` read now (huggingface_hub reads it once at import; we pass it explicitly on every call)."""
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")

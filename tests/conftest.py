@@ -7,7 +7,6 @@ set here, before any test module imports it; the server itself starts on first u
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -17,15 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from hubfixture import free_port  # noqa: E402  (imports neither huggingface_hub nor hubkernels)
 
 
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="hubkernels-tests-"))
-HUB_PORT = _free_port()
+HUB_PORT = free_port()
 os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{HUB_PORT}"
 os.environ["HF_HUB_DISABLE_XET"] = "1"
 os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")
