@@ -49,12 +49,23 @@ __host__ __device__ constexpr int block_threads(int group) { return group * rows
 // Chunks whose (L1/L2-resident) Aux a resident thread loads at once after the reduction.
 constexpr int kAuxBatch = 2;
 
+// Blocks per SM the resident kernel's registers must allow (__launch_bounds__'s second argument):
+// Ep::kMinBlocks when the epilogue declares it, else 1 (the compiler's choice).
+template <class Ep, class = void>
+struct MinBlocks {
+  static constexpr int value = 1;
+};
+template <class Ep>
+struct MinBlocks<Ep, std::void_t<decltype(Ep::kMinBlocks)>> {
+  static constexpr int value = Ep::kMinBlocks;
+};
+
 // Register-resident: thread `lane` of the row's group holds chunks lane, lane + kGroup, ...
 // (kVecs of them, W elements each) of every tensor from the load to the write, so x is read once.
 // A warp's loads of one chunk index cover 32 * W consecutive elements (fully coalesced).
 // One row per group and no grid-stride loop: nothing is kept live across rows.
 template <class T, int W, int kGroup, int kVecs, int K, class Ep>
-__global__ void __launch_bounds__(block_threads(kGroup), 1)
+__global__ void __launch_bounds__(block_threads(kGroup), MinBlocks<Ep>::value)
     row_norm_resident_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
   constexpr int kRows = rows_per_block(kGroup);
   constexpr int kStride = kGroup * W;  // columns between a thread's consecutive chunks
