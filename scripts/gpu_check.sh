@@ -2,7 +2,7 @@
 # The GPU run (NVIDIA H200 via the device machine): build the CUDA variant with our builder, run the GPU
 # correctness suite, compute-sanitizer memcheck on every op, and the op benchmarks. Logs land in $OUT.
 # Usage on the GPU machine, from the repo root:  OUT=/tmp/out bash scripts/gpu_check.sh [steps...]
-# steps: build tests memcheck bench sweep e2e profile (default: build tests memcheck bench)
+# steps: build tests memcheck bench sweep modsweep e2e profile timeline (default: build tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/hubkernels-gpu}
 mkdir -p "$OUT"
@@ -26,6 +26,10 @@ for step in $steps; do
     e2e)      python3 scripts/ltx_e2e.py --cuda-graphs --output "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
     sweep)    for g in 32 64 128 256; do echo "LTX_ROW_GROUP=$g"; LTX_ROW_GROUP=$g python3 -m hubkernels bench \
                 --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
+    modsweep) for g in 64 128; do for v in default early b8 b10; do echo "LTX_ROW_GROUP=$g LTX_MODULATE=$v"; LTX_ROW_GROUP=$g \
+                LTX_MODULATE=$v python3 -m hubkernels bench --ops rms_norm_modulate rms_norm --no-compile 2>&1 | grep " ours "; \
+                done; done | tee "$OUT/modsweep.log" ;;
+    timeline) python3 scripts/ltx_timeline.py --graph 2>&1 | tee "$OUT/timeline.log" | grep -v Warning | tail -60 ;;
     profile)  python3 scripts/ltx_profile.py --compile 2>&1 | tee "$OUT/profile.log" | tail -40 ;;
   esac
 done
