@@ -1,4 +1,4 @@
-// ltx_cpu.h: the six LTX-Video ops on CPU. Plain C++, no ATen: raw pointers, sizes in elements.
+// ltx_cpu.h: the LTX-Video ops on CPU. Plain C++, no ATen: raw pointers, sizes in elements.
 // Each function does the rows [row_begin, row_end) (gelu_tanh: the elements [begin, end)) on the
 // calling thread, so torch_binding.cpp splits the work with at::parallel_for and checks arguments.
 // The signatures mirror ltx_cuda.h (a row range instead of a stream).
@@ -27,6 +27,15 @@ void rms_norm_modulate(void* out, const void* x, const void* scale, const void* 
                        const void* weight, int64_t row_begin, int64_t row_end, int64_t tokens,
                        int64_t dim, int64_t mod_batch_stride, int64_t mod_token_stride, double eps,
                        DType dtype);
+
+// h = x + y (gate nullable: x + y * gate), rounded to dtype; out = rms_norm_modulate(h, ...) of the
+// rounded h. scale and shift share one pair of strides, gate has its own. Writes h and out.
+void add_rms_norm_modulate(void* h, void* out, const void* x, const void* y, const void* scale,
+                           const void* shift, const void* gate, const void* weight,
+                           int64_t row_begin, int64_t row_end, int64_t tokens, int64_t dim,
+                           int64_t mod_batch_stride, int64_t mod_token_stride,
+                           int64_t gate_batch_stride, int64_t gate_token_stride, double eps,
+                           DType dtype);
 
 // out = x * cos + rot(x) * sin, rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i], for q and k.
 // dim is even.

@@ -1,4 +1,4 @@
-// ltx_cuda.h: launchers for the six LTX-Video ops on CUDA. Plain C++ + the CUDA runtime, no ATen:
+// ltx_cuda.h: launchers for the LTX-Video ops on CUDA. Plain C++ + the CUDA runtime, no ATen:
 // raw pointers, sizes in elements, the stream to launch on. torch_binding.cpp checks the arguments
 // and calls cudaGetLastError() after each launch; launchers return nothing and never synchronise.
 //
@@ -27,6 +27,14 @@ void rms_norm_modulate(void* out, const void* x, const void* scale, const void* 
                        const void* weight, int64_t rows, int64_t tokens, int64_t dim,
                        int64_t mod_batch_stride, int64_t mod_token_stride, float eps, DType dtype,
                        cudaStream_t stream);
+
+// h = x + y (gate nullable: x + y * gate), rounded to dtype; out = rms_norm_modulate(h, ...) of the
+// rounded h. scale and shift share one pair of strides, gate has its own. Writes h and out.
+void add_rms_norm_modulate(void* h, void* out, const void* x, const void* y, const void* scale,
+                           const void* shift, const void* gate, const void* weight, int64_t rows,
+                           int64_t tokens, int64_t dim, int64_t mod_batch_stride,
+                           int64_t mod_token_stride, int64_t gate_batch_stride,
+                           int64_t gate_token_stride, float eps, DType dtype, cudaStream_t stream);
 
 // out = x * cos + rot(x) * sin, rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i]; q and k in one launch.
 // dim is even.

@@ -1,7 +1,7 @@
-// row_norm.cuh: the skeleton of the three row ops (rms_norm, rms_norm_modulate, qk_rms_norm_rope).
-// A group of threads owns one row of K tensors (K = 2: q and k share the row index and cos/sin),
-// sums x^2 in fp32, and hands x * rsqrt(mean(x^2) + eps) to the op's epilogue, which applies
-// weight / modulation / RoPE and writes.
+// row_norm.cuh: the skeleton of the row ops (rms_norm, rms_norm_modulate, add_rms_norm_modulate,
+// qk_rms_norm_rope). A group of threads owns one row of K tensors (K = 2: q and k share the row
+// index and cos/sin), sums x^2 in fp32, and hands x * rsqrt(mean(x^2) + eps) to the op's epilogue,
+// which applies weight / modulation / RoPE and writes.
 //
 // Epilogue contract (rms_norm.cu has the smallest one):
 //   struct Ep {
@@ -18,6 +18,18 @@
 // per tensor. In the resident kernel `off` is a compile-time constant, so each access is one base
 // register plus an immediate offset.
 //
+// Optional residual prologue (K = 1; add_rms_norm_modulate.cu): the row that is normalised is
+// h = x + y (* gate), which the op also returns. An epilogue opts in with kResidual = true (the
+// others need not declare it, see kHasResidual) and adds
+//     template <int W> struct Res {...};  // y (and gate) for W columns
+//     template <int W> __device__ void load_residual(const Row&, int64_t off, Res<W>&) const;
+//     template <int W> __device__ void residual(const Row&, int64_t off, const Res<W>&,
+//                                               Vec<T, W>& x) const;  // x := h, rounded; stores h
+//     template <int W> __device__ void reload(const Row&, int64_t off, Vec<T, W>& x) const;
+// The resident kernel loads all of x, then all of y (and gate), then combines: the HBM loads stay
+// together. The two-pass kernel forms and stores h in pass 1 and reloads it in pass 2 with a
+// coherent load (the thread reads back its own stores; ld.global.nc could return stale data).
+//
 // Where Aux is loaded is a register budget. With kPrefetch every chunk's Aux is loaded with x,
 // before the reduction, so the HBM latencies overlap (qk_rms_norm_rope: cos/sin are 2/3 of the
 // bytes read). Otherwise Aux is L1/L2-resident (weight, [B,1,D] scale/shift) and is loaded after
@@ -29,6 +41,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "vec.cuh"
 
@@ -48,6 +61,15 @@ __host__ __device__ constexpr int block_threads(int group) { return group * rows
 
 // Chunks whose (L1/L2-resident) Aux a resident thread loads at once after the reduction.
 constexpr int kAuxBatch = 2;
+
+// True when Ep declares `static constexpr bool kResidual = true` (the residual prologue above);
+// epilogues without the member are plain row norms.
+template <class Ep, class = void>
+struct HasResidual : std::false_type {};
+template <class Ep>
+struct HasResidual<Ep, std::void_t<decltype(Ep::kResidual)>> : std::bool_constant<Ep::kResidual> {};
+template <class Ep>
+inline constexpr bool kHasResidual = HasResidual<Ep>::value;
 
 // Blocks per SM the resident kernel's registers must allow (__launch_bounds__'s second argument):
 // Ep::kMinBlocks when the epilogue declares it, else 1 (the compiler's choice).
@@ -96,6 +118,16 @@ __global__ void __launch_bounds__(block_threads(kGroup), MinBlocks<Ep>::value)
         x[k][j].zero();
     }
   }
+  if constexpr (kHasResidual<Ep>) {
+    static_assert(K == 1, "a residual prologue serves one tensor");
+    typename Ep::template Res<W> res[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      if (j < n) ep.load_residual(rp, j * kStride, res[j]);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      if (j < n) ep.residual(rp, j * kStride, res[j], x[0][j]);  // x := h (rounded), h stored
+  }
   if constexpr (Ep::kPrefetch) {
 #pragma unroll
     for (int j = 0; j < kVecs; ++j)
@@ -141,6 +173,7 @@ __global__ void __launch_bounds__(block_threads(kGroup), MinBlocks<Ep>::value)
 
 // Two passes: for rows too long to hold in registers, and for the narrow (unaligned) path. Pass 1
 // sums x^2, pass 2 reads x again (an L1/L2 hit for rows of up to a few hundred KB) and writes.
+// With a residual prologue pass 1 also forms and stores h, and pass 2 reads h back instead of x.
 template <class T, int W, int kGroup, int K, class Ep>
 __global__ void __launch_bounds__(block_threads(kGroup), 1)
     row_norm_two_pass_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
@@ -151,6 +184,7 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
   const int64_t row = first + threadIdx.x / kGroup;
   const bool active = row < rows;
   const int64_t chunks = dim / W;
+  const auto rp = ep.row(row, 0);  // formed for rows past the end too, never dereferenced
 
   float ss[K];
 #pragma unroll
@@ -162,6 +196,11 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
       for (int k = 0; k < K; ++k) {
         Vec<T, W> x;
         x.load(in.x[k] + row * dim + c * W);
+        if constexpr (kHasResidual<Ep>) {
+          typename Ep::template Res<W> res;
+          ep.load_residual(rp, c * W, res);
+          ep.residual(rp, c * W, res, x);  // x := h (rounded), h stored
+        }
 #pragma unroll
         for (int i = 0; i < W; ++i) ss[k] = fmaf(x.f(i), x.f(i), ss[k]);
       }
@@ -173,7 +212,6 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
 #pragma unroll
   for (int k = 0; k < K; ++k) inv_rms[k] = rsqrtf(ss[k] / static_cast<float>(dim) + eps);
 
-  const auto rp = ep.row(row, 0);
   for (int64_t c = lane; c < chunks; c += kGroup) {
     typename Ep::template Aux<W> aux;
     ep.load(rp, c * W, aux);
@@ -181,7 +219,10 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       Vec<T, W> x;
-      x.load(in.x[k] + row * dim + c * W);
+      if constexpr (kHasResidual<Ep>)
+        ep.reload(rp, c * W, x);  // this thread's own h from pass 1
+      else
+        x.load(in.x[k] + row * dim + c * W);
 #pragma unroll
       for (int i = 0; i < W; ++i) v[k][i] = x.f(i) * inv_rms[k];
     }

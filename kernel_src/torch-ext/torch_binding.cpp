@@ -186,16 +186,34 @@ void check_rms_norm_modulate(const at::Tensor& x, const at::Tensor& scale, const
   if (weight) check_weight(op, x, *weight, "weight");
 }
 
-void check_gated_residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate) {
-  constexpr const char* op = "gated_residual";
-  check_input(op, x, "x");
-  check_bsd(op, x);
+// The residual branch y of `x + y (* gate)`: x's device, dtype and shape, contiguous.
+void check_residual(const char* op, const at::Tensor& x, const at::Tensor& y) {
   check_device(op, x, y, "y");
   check_same_dtype(op, x, y, "y");
   TORCH_CHECK(y.sizes() == x.sizes(), "ltx_kernels.", op, ": y has shape ", y.sizes(),
               " but x is ", x.sizes(), "; x and y must have the same shape");
   check_input(op, y, "y");
+}
+
+void check_gated_residual(const at::Tensor& x, const at::Tensor& y, const at::Tensor& gate) {
+  constexpr const char* op = "gated_residual";
+  check_input(op, x, "x");
+  check_bsd(op, x);
+  check_residual(op, x, y);
   check_broadcast_rows(op, x, gate, "gate");
+}
+
+void check_add_rms_norm_modulate(const at::Tensor& x, const at::Tensor& y, const at::Tensor& scale,
+                                 const at::Tensor& shift, const std::optional<at::Tensor>& gate,
+                                 const std::optional<at::Tensor>& weight) {
+  constexpr const char* op = "add_rms_norm_modulate";
+  check_input(op, x, "x");
+  check_bsd(op, x);
+  check_residual(op, x, y);
+  check_broadcast_rows(op, x, scale, "scale");
+  check_broadcast_rows(op, x, shift, "shift");
+  if (gate) check_broadcast_rows(op, x, *gate, "gate");
+  if (weight) check_weight(op, x, *weight, "weight");
 }
 
 void check_qk_rms_norm_rope(const at::Tensor& q, const at::Tensor& k, const at::Tensor& weight_q,
@@ -263,6 +281,27 @@ at::Tensor rms_norm_modulate_cpu(const at::Tensor& x, const at::Tensor& scale,
                                strides.token, eps, dtype);
   });
   return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_modulate_cpu(
+    const at::Tensor& x, const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift,
+    const std::optional<at::Tensor>& gate, const std::optional<at::Tensor>& weight, double eps) {
+  check_add_rms_norm_modulate(x, y, scale, shift, gate, weight);
+  const auto [sc, sh, mod] = modulation_rows(scale, shift);
+  const std::optional<at::Tensor> g = gate ? std::optional(readable_rows(*gate)) : std::nullopt;
+  const RowStrides gs = g ? row_strides(*g) : RowStrides{0, 0};
+  at::Tensor h = at::empty_like(x);
+  at::Tensor out = at::empty_like(x);
+  const int64_t dim = x.size(2);
+  const int64_t tokens = x.size(1);
+  const auto dtype = cpu_dtype(x.scalar_type());
+  for_rows(rows_of(x), 2 * dim, [&](int64_t begin, int64_t end) {
+    ltx_cpu::add_rms_norm_modulate(h.data_ptr(), out.data_ptr(), x.data_ptr(), y.data_ptr(),
+                                   sc.data_ptr(), sh.data_ptr(), optional_ptr(g),
+                                   optional_ptr(weight), begin, end, tokens, dim, mod.batch,
+                                   mod.token, gs.batch, gs.token, eps, dtype);
+  });
+  return {h, out};
 }
 
 std::tuple<at::Tensor, at::Tensor> rope_interleaved_qk_cpu(const at::Tensor& q,
@@ -368,6 +407,26 @@ at::Tensor rms_norm_modulate_cuda(const at::Tensor& x, const at::Tensor& scale,
   return out;
 }
 
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_modulate_cuda(
+    const at::Tensor& x, const at::Tensor& y, const at::Tensor& scale, const at::Tensor& shift,
+    const std::optional<at::Tensor>& gate, const std::optional<at::Tensor>& weight, double eps) {
+  check_add_rms_norm_modulate(x, y, scale, shift, gate, weight);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const auto [sc, sh, mod] = modulation_rows(scale, shift);
+  const std::optional<at::Tensor> g = gate ? std::optional(readable_rows(*gate)) : std::nullopt;
+  const RowStrides gs = g ? row_strides(*g) : RowStrides{0, 0};
+  at::Tensor h = at::empty_like(x);
+  at::Tensor out = at::empty_like(x);
+  if (x.numel() == 0) return {h, out};
+  ltx_cuda::add_rms_norm_modulate(h.data_ptr(), out.data_ptr(), x.data_ptr(), y.data_ptr(),
+                                  sc.data_ptr(), sh.data_ptr(), optional_ptr(g),
+                                  optional_ptr(weight), rows_of(x), x.size(1), x.size(2), mod.batch,
+                                  mod.token, gs.batch, gs.token, static_cast<float>(eps),
+                                  cuda_dtype(x.scalar_type()), c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {h, out};
+}
+
 std::tuple<at::Tensor, at::Tensor> rope_interleaved_qk_cuda(const at::Tensor& q,
                                                             const at::Tensor& k,
                                                             const at::Tensor& cos,
@@ -440,6 +499,9 @@ LTX_LIBRARY(TORCH_EXTENSION_NAME, m) {
   m.def(
       "rms_norm_modulate(Tensor x, Tensor scale, Tensor shift, Tensor? weight, float eps) -> "
       "Tensor");
+  m.def(
+      "add_rms_norm_modulate(Tensor x, Tensor y, Tensor scale, Tensor shift, Tensor? gate, "
+      "Tensor? weight, float eps) -> (Tensor, Tensor)");
   m.def("rope_interleaved_qk(Tensor q, Tensor k, Tensor cos, Tensor sin) -> (Tensor, Tensor)");
   m.def("gelu_tanh(Tensor x) -> Tensor");
   m.def("gated_residual(Tensor x, Tensor y, Tensor gate) -> Tensor");
@@ -452,6 +514,7 @@ LTX_LIBRARY(TORCH_EXTENSION_NAME, m) {
 LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("rms_norm", &rms_norm_cpu);
   m.impl("rms_norm_modulate", &rms_norm_modulate_cpu);
+  m.impl("add_rms_norm_modulate", &add_rms_norm_modulate_cpu);
   m.impl("rope_interleaved_qk", &rope_interleaved_qk_cpu);
   m.impl("gelu_tanh", &gelu_tanh_cpu);
   m.impl("gated_residual", &gated_residual_cpu);
@@ -461,6 +524,7 @@ LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CPU, m) {
 LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("rms_norm", &rms_norm_cuda);
   m.impl("rms_norm_modulate", &rms_norm_modulate_cuda);
+  m.impl("add_rms_norm_modulate", &add_rms_norm_modulate_cuda);
   m.impl("rope_interleaved_qk", &rope_interleaved_qk_cuda);
   m.impl("gelu_tanh", &gelu_tanh_cuda);
   m.impl("gated_residual", &gated_residual_cuda);

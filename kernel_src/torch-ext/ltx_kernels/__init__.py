@@ -4,7 +4,8 @@ Every function is out-of-place: it returns new tensors and never writes its inpu
 in fp32 (fp64 for fp64 inputs on CPU) with one rounding per output. x-like inputs must be contiguous;
 modulation and gate tensors may be strided views such as ``ada.unbind(2)`` (read in place). The ops
 are registered with fake implementations, so ``torch.compile(fullgraph=True)`` traces them without
-graph breaks, and rms_norm, rms_norm_modulate, gelu_tanh and gated_residual have autograd.
+graph breaks, and rms_norm, rms_norm_modulate, add_rms_norm_modulate, gelu_tanh and gated_residual
+have autograd.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import layers
 from ._ops import ops
 
 __all__ = [
+    "add_rms_norm_modulate",
     "gated_residual",
     "gelu_tanh",
     "layers",
@@ -46,6 +48,26 @@ def rms_norm_modulate(
     views with any batch/token strides as long as the last dim is contiguous.
     """
     return ops.rms_norm_modulate(x, scale, shift, weight, float(eps))
+
+
+def add_rms_norm_modulate(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    gate: Optional[torch.Tensor] = None,
+    weight: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Residual add, then AdaLN, in one pass: returns ``(h, out)``.
+
+    ``h = x + y`` (``x + y * gate`` with a gate), rounded once to x's dtype, and
+    ``out = rms_norm_modulate(h, scale, shift, weight, eps)`` of that rounded h, so the pair equals the
+    two unfused ops. x and y are [B,S,D]; scale, shift and gate are [B,1,D] or [B,S,D] and may be
+    strided views (last dim contiguous), as in :func:`rms_norm_modulate` and :func:`gated_residual`.
+    """
+    h, out = ops.add_rms_norm_modulate(x, y, scale, shift, gate, weight, float(eps))
+    return h, out
 
 
 def rope_interleaved_qk(

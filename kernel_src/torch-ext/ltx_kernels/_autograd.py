@@ -1,4 +1,4 @@
-"""Backward formulas for rms_norm, rms_norm_modulate, gelu_tanh and gated_residual.
+"""Backward formulas for rms_norm, rms_norm_modulate, add_rms_norm_modulate, gelu_tanh and gated_residual.
 
 Written with plain torch ops in fp32 (fp64 for fp64 inputs), so they run on any device, compose with
 torch.compile and are themselves differentiable. Gradients of broadcast modulation/gate tensors are
@@ -8,6 +8,7 @@ summed back to the tensor's own shape. The RoPE ops have no backward (inference 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -59,26 +60,65 @@ def _rms_norm_modulate_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, scale, weight)
 
 
+def _modulate_grads(g: torch.Tensor, xf: torch.Tensor, scale: torch.Tensor, weight: Optional[torch.Tensor],
+                    eps: float, need_x: bool, need_scale: bool, need_w: bool):
+    """(dL/dx, dL/dscale, dL/dweight) of ``rms_norm(x, weight, eps) * (1 + scale) + shift`` given g = dL/dout
+    (xf and g in the accumulation dtype). dL/dx stays in that dtype; the others are summed to their
+    tensor's shape and cast to its dtype. Unneeded ones are None."""
+    n = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    wf = _acc(weight) if weight is not None else None
+    grad_normed = g * (1 + _acc(scale))
+    grad_x = grad_scale = grad_w = None
+    if need_x:
+        grad_n = grad_normed * wf if wf is not None else grad_normed
+        grad_x = _rms_norm_backward(grad_n, xf, eps)
+    if need_scale:
+        normed = n * wf if wf is not None else n
+        grad_scale = (g * normed).sum_to_size(scale.shape).to(scale.dtype)
+    if weight is not None and need_w:
+        grad_w = _sum_over_rows(grad_normed * n).to(weight.dtype)
+    return grad_x, grad_scale, grad_w
+
+
 def _rms_norm_modulate_bwd(ctx, grad: torch.Tensor):
     x, scale, weight = ctx.saved_tensors
     shift_shape, shift_dtype = ctx.shift_meta
     need_x, need_scale, need_shift, need_w, _ = ctx.needs_input_grad
-    xf, g, sc = _acc(x), _acc(grad), _acc(scale)
-    n = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
-    wf = _acc(weight) if weight is not None else None
-    normed = n * wf if wf is not None else n
-    grad_normed = g * (1 + sc)
-    grad_x = grad_scale = grad_shift = grad_w = None
-    if need_x:
-        grad_n = grad_normed * wf if wf is not None else grad_normed
-        grad_x = _rms_norm_backward(grad_n, xf, ctx.eps).to(x.dtype)
-    if need_scale:
-        grad_scale = (g * normed).sum_to_size(scale.shape).to(scale.dtype)
-    if need_shift:
-        grad_shift = g.sum_to_size(shift_shape).to(shift_dtype)
-    if weight is not None and need_w:
-        grad_w = _sum_over_rows(grad_normed * n).to(weight.dtype)
-    return grad_x, grad_scale, grad_shift, grad_w, None
+    g = _acc(grad)
+    grad_x, grad_scale, grad_w = _modulate_grads(g, _acc(x), scale, weight, ctx.eps, need_x, need_scale, need_w)
+    grad_shift = g.sum_to_size(shift_shape).to(shift_dtype) if need_shift else None
+    return (grad_x.to(x.dtype) if grad_x is not None else None), grad_scale, grad_shift, grad_w, None
+
+
+# add_rms_norm_modulate(x, y, scale, shift, gate, weight, eps) -> (h, out) --------------------------------
+# h = x + y (* gate); out = rms_norm_modulate(h, ...): dL/dh collects both outputs' gradients.
+
+def _add_rms_norm_modulate_setup(ctx, inputs, output) -> None:
+    x, y, scale, shift, gate, weight, eps = inputs
+    h, _ = output
+    ctx.eps = eps
+    ctx.meta = (x.dtype, shift.shape, shift.dtype)
+    ctx.save_for_backward(h, y, scale, gate, weight)
+
+
+def _add_rms_norm_modulate_bwd(ctx, grad_h: torch.Tensor, grad_out: torch.Tensor):
+    h, y, scale, gate, weight = ctx.saved_tensors
+    x_dtype, shift_shape, shift_dtype = ctx.meta
+    need_x, need_y, need_scale, need_shift, need_gate, need_w, _ = ctx.needs_input_grad
+    need_gate = need_gate and gate is not None
+    g = _acc(grad_out)
+    need_h = need_x or need_y or need_gate
+    grad_hf, grad_scale, grad_w = _modulate_grads(g, _acc(h), scale, weight, ctx.eps, need_h, need_scale, need_w)
+    if need_h:
+        grad_hf = grad_hf + _acc(grad_h)
+    grad_x = grad_hf.to(x_dtype) if need_x else None
+    grad_y = grad_gate = None
+    if need_y:
+        grad_y = (grad_hf * _acc(gate) if gate is not None else grad_hf).to(y.dtype)
+    if need_gate:
+        grad_gate = (grad_hf * _acc(y)).sum_to_size(gate.shape).to(gate.dtype)
+    grad_shift = g.sum_to_size(shift_shape).to(shift_dtype) if need_shift else None
+    return grad_x, grad_y, grad_scale, grad_shift, grad_gate, grad_w, None
 
 
 # gelu_tanh(x) ------------------------------------------------------------------------------------------
@@ -121,6 +161,10 @@ def _gated_residual_bwd(ctx, grad: torch.Tensor):
 torch.library.register_autograd(add_op_namespace_prefix("rms_norm"), _rms_norm_bwd, setup_context=_rms_norm_setup)
 torch.library.register_autograd(
     add_op_namespace_prefix("rms_norm_modulate"), _rms_norm_modulate_bwd, setup_context=_rms_norm_modulate_setup
+)
+torch.library.register_autograd(
+    add_op_namespace_prefix("add_rms_norm_modulate"), _add_rms_norm_modulate_bwd,
+    setup_context=_add_rms_norm_modulate_setup,
 )
 torch.library.register_autograd(add_op_namespace_prefix("gelu_tanh"), _gelu_tanh_bwd, setup_context=_gelu_tanh_setup)
 torch.library.register_autograd(

@@ -67,6 +67,14 @@ def _check_broadcast_rows(op: str, x: torch.Tensor, t: torch.Tensor, name: str) 
                   "(one row per batch) or [B,S,D] (per token)")
 
 
+def _check_residual(op: str, x: torch.Tensor, y: torch.Tensor) -> None:
+    _check_device(op, x, y, "y")
+    _check_dtype(op, x, y, "y")
+    if y.shape != x.shape:
+        _fail(op, f"y has shape {list(y.shape)} but x is {list(x.shape)}; x and y must have the same shape")
+    _check_input(op, y, "y")
+
+
 def _check_rope(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
     _check_input(op, q, "q")
     _check_input(op, k, "k")
@@ -120,16 +128,29 @@ def _gelu_tanh_fake(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
 
 
+@torch.library.register_fake(add_op_namespace_prefix("add_rms_norm_modulate"))
+def _add_rms_norm_modulate_fake(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                                gate: Optional[torch.Tensor], weight: Optional[torch.Tensor],
+                                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    op = "add_rms_norm_modulate"
+    _check_input(op, x, "x")
+    _check_bsd(op, x)
+    _check_residual(op, x, y)
+    _check_broadcast_rows(op, x, scale, "scale")
+    _check_broadcast_rows(op, x, shift, "shift")
+    if gate is not None:
+        _check_broadcast_rows(op, x, gate, "gate")
+    if weight is not None:
+        _check_weight(op, x, weight, "weight")
+    return torch.empty_like(x), torch.empty_like(x)
+
+
 @torch.library.register_fake(add_op_namespace_prefix("gated_residual"))
 def _gated_residual_fake(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     op = "gated_residual"
     _check_input(op, x, "x")
     _check_bsd(op, x)
-    _check_device(op, x, y, "y")
-    _check_dtype(op, x, y, "y")
-    if y.shape != x.shape:
-        _fail(op, f"y has shape {list(y.shape)} but x is {list(x.shape)}; x and y must have the same shape")
-    _check_input(op, y, "y")
+    _check_residual(op, x, y)
     _check_broadcast_rows(op, x, gate, "gate")
     return torch.empty_like(x)
 
