@@ -14,6 +14,7 @@ import torch
 
 __all__ = [
     "TOLERANCES",
+    "add_rms_norm_modulate",
     "gated_residual",
     "gelu_tanh",
     "qk_rms_norm_rope",
@@ -54,6 +55,15 @@ def rms_norm_modulate(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
                       weight: Optional[torch.Tensor] = None, eps: float = 1e-6) -> torch.Tensor:
     """rms_norm(x, weight) * (1 + scale) + shift, scale/shift broadcast over tokens ([B,1,D]) or not."""
     return rms_norm(x, weight, eps) * (1 + _f64(scale)) + _f64(shift)
+
+
+def add_rms_norm_modulate(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                          gate: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
+                          eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """(h, out): h = x + y (* gate), and rms_norm_modulate of h rounded to x's dtype, as the op returns
+    h in x's dtype and normalises that rounded h."""
+    h = _f64(x) + (_f64(y) * _f64(gate) if gate is not None else _f64(y))
+    return h, rms_norm_modulate(h.to(x.dtype), scale, shift, weight, eps)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -162,6 +162,57 @@ def test_rms_norm_modulate_matches_reference(ltx, rand: Rand, dtype, dim, form, 
     rand.check(out, ref.rms_norm_modulate(x, scale, shift, weight, 1e-6), dtype)
 
 
+# The gate of add_rms_norm_modulate: none (h = x + y), one row per batch, or per token as a strided
+# view with strides of its own (scale/shift use others).
+GATES = [None, "batch", "unbind_token"]
+
+
+def _gate(rand: Rand, form, b: int, s: int, d: int, dtype: torch.dtype):
+    return None if form is None else modulation(rand, form, b, s, d, dtype, 1)[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", HIDDEN)
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("gate_form", GATES, ids=lambda g: f"gate_{g}")
+@pytest.mark.parametrize("with_weight", [False, True], ids=["no_weight", "weight"])
+def test_add_rms_norm_modulate_matches_reference(ltx, rand: Rand, dtype, dim, form, gate_form, with_weight):
+    b, s = rows_for(dim)
+    x = rand.normal(b, s, dim, dtype=dtype, std=2.0)
+    y = rand.normal(b, s, dim, dtype=dtype, std=2.0)
+    scale, shift = modulation(rand, form, b, s, dim, dtype, 2)
+    gate = _gate(rand, gate_form, b, s, dim, dtype)
+    weight = rand.normal(dim, dtype=dtype) if with_weight else None
+    poison(x, y)
+    h, out = ltx.add_rms_norm_modulate(x, y, scale, shift, gate, weight, eps=1e-6)
+    fresh(h, x, y, scale, shift)
+    fresh(out, x, y, scale, shift, h)
+    h_ref, out_ref = ref.add_rms_norm_modulate(x, y, scale, shift, gate, weight, 1e-6)
+    rand.check(h, h_ref, dtype)
+    rand.check(out, out_ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", [17, 2048, 2050])
+@pytest.mark.parametrize("gate_form", GATES, ids=lambda g: f"gate_{g}")
+@pytest.mark.parametrize("with_weight", [False, True], ids=["no_weight", "weight"])
+def test_add_rms_norm_modulate_equals_the_unfused_ops_bit_for_bit(ltx, rand: Rand, dtype, dim, gate_form,
+                                                                  with_weight):
+    """The fused op is a drop-in for `x + y` (or gated_residual) followed by rms_norm_modulate on the
+    same device: h is rounded once as they round it, and the norm reads the rounded h in the same order."""
+    b, s = rows_for(dim)
+    x = rand.normal(b, s, dim, dtype=dtype, std=2.0)
+    y = rand.normal(b, s, dim, dtype=dtype, std=2.0)
+    shift, scale = modulation(rand, "unbind_batch", b, s, dim, dtype, 2)
+    gate = _gate(rand, gate_form, b, s, dim, dtype)
+    weight = rand.normal(dim, dtype=dtype) if with_weight else None
+    h, out = ltx.add_rms_norm_modulate(x, y, scale, shift, gate, weight, eps=1e-6)
+    h_unfused = x + y if gate is None else ltx.gated_residual(x, y, gate)
+    out_unfused = ltx.rms_norm_modulate(h_unfused, scale, shift, weight, eps=1e-6)
+    assert torch.equal(h, h_unfused), f"seed {rand.seed}"
+    assert torch.equal(out, out_unfused), f"seed {rand.seed}"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("dim", ROPE_HIDDEN)
 def test_rope_interleaved_qk_matches_reference(ltx, rand: Rand, dtype, dim):
@@ -244,6 +295,10 @@ def test_modulation_layouts_that_need_a_copy(ltx, rand: Rand, dtype):
                          (per_token, every_other)):
         rand.check(ltx.rms_norm_modulate(x, scale, shift), ref.rms_norm_modulate(x, scale, shift), dtype)
     rand.check(ltx.gated_residual(x, x, every_other), ref.gated_residual(x, x, every_other), dtype)
+    for gate in (every_other, per_token):
+        for got, want in zip(ltx.add_rms_norm_modulate(x, per_token, every_other, per_batch, gate),
+                             ref.add_rms_norm_modulate(x, per_token, every_other, per_batch, gate)):
+            rand.check(got, want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -264,6 +319,9 @@ def test_unaligned_inputs(ltx, rand: Rand, dtype):
     rand.check(ltx.rms_norm_modulate(x, scale, shift, w), ref.rms_norm_modulate(x, scale, shift, w), dtype)
     rand.check(ltx.gelu_tanh(x), ref.gelu_tanh(x), dtype)
     rand.check(ltx.gated_residual(x, y, gate), ref.gated_residual(x, y, gate), dtype)
+    for got, want in zip(ltx.add_rms_norm_modulate(x, y, scale, shift, gate, w),
+                         ref.add_rms_norm_modulate(x, y, scale, shift, gate, w)):
+        rand.check(got, want, dtype)
     for got, want in zip(ltx.rope_interleaved_qk(q, k, cos, sin), ref.rope_interleaved_qk(q, k, cos, sin)):
         rand.check(got, want, dtype)
     for got, want in zip(ltx.qk_rms_norm_rope(q, k, w, w, cos, sin), ref.qk_rms_norm_rope(q, k, w, w, cos, sin)):
@@ -284,6 +342,11 @@ def test_ltx_video_shapes_on_gpu(ltx):
     rand.check(ltx.rms_norm(x), ref.rms_norm(x), dt)
     rand.check(ltx.rms_norm_modulate(x, scale, shift), ref.rms_norm_modulate(x, scale, shift), dt)
     rand.check(ltx.gated_residual(x, y, gate), ref.gated_residual(x, y, gate), dt)
+    h, out = ltx.add_rms_norm_modulate(x, y, scale, shift)
+    h_ref, out_ref = ref.add_rms_norm_modulate(x, y, scale, shift)
+    rand.check(h, h_ref, dt)
+    rand.check(out, out_ref, dt)
+    assert torch.equal(h, x + y) and torch.equal(out, ltx.rms_norm_modulate(x + y, scale, shift))
     for got, want in zip(ltx.rope_interleaved_qk(q, k, cos, sin), ref.rope_interleaved_qk(q, k, cos, sin)):
         rand.check(got, want, dt)
     for got, want in zip(ltx.qk_rms_norm_rope(q, k, w, w, cos, sin), ref.qk_rms_norm_rope(q, k, w, w, cos, sin)):
@@ -310,6 +373,8 @@ def test_empty_inputs_give_empty_outputs(ltx, device):
     assert ltx.rms_norm(x).shape == x.shape
     assert ltx.gelu_tanh(x).shape == x.shape
     assert ltx.gated_residual(x, x, torch.empty(2, 1, 16, device=device)).shape == x.shape
+    h, out = ltx.add_rms_norm_modulate(x, x, torch.empty(2, 1, 16, device=device), torch.empty(2, 1, 16, device=device))
+    assert h.shape == out.shape == x.shape
     cos = torch.empty(2, 0, 16, device=device)
     q_out, k_out = ltx.rope_interleaved_qk(x, x, cos, cos)
     assert q_out.shape == k_out.shape == x.shape
@@ -343,7 +408,7 @@ def test_cpu_loops_are_compiled_for_each_isa(ltx):
     symbols = subprocess.run([nm, "-C", str(so)], capture_output=True, text=True, check=True).stdout
     ours = [line for line in symbols.splitlines() if "ltx_cpu::" in line]
     clones = [line for line in ours if "[clone .arch_x86_64_v4]" in line]
-    assert len(clones) == 6, "\n".join(ours)
+    assert len(clones) == 7, "\n".join(ours)
     out_of_line = [line for line in ours if " i " not in line and "[clone ." not in line.split(")")[-1]
                    or ".constprop" in line or "lambda" in line]
     assert not out_of_line, "\n".join(out_of_line)
@@ -367,6 +432,13 @@ def test_dtype_mismatch_says_how_to_fix(ltx, dev):
         ltx.rms_norm(x, _t(16, device=dev))
     with pytest.raises(RuntimeError, match=r"ltx_kernels.gated_residual: gate has dtype"):
         ltx.gated_residual(x, x, _t(2, 1, 16, device=dev))
+    row = _t(2, 1, 16, dtype=torch.bfloat16, device=dev)
+    with pytest.raises(RuntimeError, match=r"ltx_kernels.add_rms_norm_modulate: y has dtype .*pass y.to\(x.dtype\)"):
+        ltx.add_rms_norm_modulate(x, x.float(), row, row)
+    with pytest.raises(RuntimeError, match=r"ltx_kernels.add_rms_norm_modulate: gate has dtype"):
+        ltx.add_rms_norm_modulate(x, x, row, row, row.float())
+    with pytest.raises(RuntimeError, match=r"ltx_kernels.add_rms_norm_modulate: weight has dtype"):
+        ltx.add_rms_norm_modulate(x, x, row, row, None, _t(16, device=dev))
     with pytest.raises(RuntimeError, match=r"cos has dtype .* RoPE tables are float32; pass cos.float\(\)"):
         ltx.rope_interleaved_qk(x, x, x, x.float())
     with pytest.raises(RuntimeError, match=r"supported are float32, float16"):
@@ -384,6 +456,15 @@ def test_shape_mismatch_is_rejected(ltx, dev):
         ltx.gated_residual(_t(6, 16, device=dev), _t(6, 16, device=dev), _t(6, 16, device=dev))
     with pytest.raises(RuntimeError, match=r"y has shape"):
         ltx.gated_residual(x, _t(2, 4, 16, device=dev), _t(2, 1, 16, device=dev))
+    row = _t(2, 1, 16, device=dev)
+    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: y has shape \[2, 4, 16\] but x is \[2, 3, 16\]"):
+        ltx.add_rms_norm_modulate(x, _t(2, 4, 16, device=dev), row, row)
+    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: gate has shape \[2, 2, 16\] .* gate must be \[B,1,D\]"):
+        ltx.add_rms_norm_modulate(x, x, row, row, _t(2, 2, 16, device=dev))
+    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: shift has shape \[2, 1, 8\]"):
+        ltx.add_rms_norm_modulate(x, x, row, _t(2, 1, 8, device=dev))
+    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: x must be \[batch, tokens, hidden\]"):
+        ltx.add_rms_norm_modulate(_t(6, 16, device=dev), _t(6, 16, device=dev), row, row)
     with pytest.raises(RuntimeError, match=r"q and k must have the same shape"):
         ltx.rope_interleaved_qk(x, _t(2, 4, 16, device=dev), _t(2, 3, 16, device=dev), _t(2, 3, 16, device=dev))
     with pytest.raises(RuntimeError, match=r"sin has shape \[2, 3, 8\] but q is \[2, 3, 16\]"):
@@ -409,6 +490,11 @@ def test_non_contiguous_x_is_rejected(ltx, dev):
         ltx.gelu_tanh(x)
     with pytest.raises(RuntimeError, match=r"x must be contiguous"):
         ltx.rms_norm_modulate(x, _t(2, 1, 16, device=dev), _t(2, 1, 16, device=dev))
+    row = _t(2, 1, 16, device=dev)
+    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: x must be contiguous"):
+        ltx.add_rms_norm_modulate(x, x.contiguous(), row, row)
+    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: y must be contiguous .*pass y.contiguous\(\)"):
+        ltx.add_rms_norm_modulate(x.contiguous(), x, row, row)
     with pytest.raises(RuntimeError, match=r"q must be contiguous"):
         c = _t(2, 3, 16, device=dev)
         ltx.rope_interleaved_qk(x, x.contiguous(), c, c)
@@ -420,6 +506,8 @@ def test_mixed_devices_are_rejected(ltx):
         ltx.rms_norm(x, _t(16, device="meta"))
     with pytest.raises(RuntimeError, match=r"gate is on meta but x is on cpu"):
         ltx.gated_residual(x, x, _t(2, 1, 16, device="meta"))
+    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: y is on meta but x is on cpu"):
+        ltx.add_rms_norm_modulate(x, _t(2, 3, 16, device="meta"), _t(2, 1, 16), _t(2, 1, 16))
     with pytest.raises(RuntimeError, match=r"cos is on meta but q is on cpu"):
         ltx.rope_interleaved_qk(x, x, _t(2, 3, 16, device="meta"), _t(2, 3, 16))
 
@@ -432,10 +520,13 @@ def test_meta_tensors_give_shapes(ltx):
     assert ltx.rms_norm_modulate(x, _t(2, 1, 16, device="meta"), _t(2, 1, 16, device="meta")).device.type == "meta"
     q, k = ltx.qk_rms_norm_rope(x, x, w, w, x, x)
     assert q.shape == k.shape == x.shape
+    row = _t(2, 1, 16, device="meta")
+    h, out = ltx.add_rms_norm_modulate(x, x, row, row, row, w)
+    assert h.shape == out.shape == x.shape and h.device.type == out.device.type == "meta"
 
 
 # ---------------------------------------------------------------------------------------------------
-# torch.compile: all six ops in one graph, no break, no recompilation
+# torch.compile: all the ops in one graph, no break, no recompilation
 
 
 def test_torch_compile_fullgraph_matches_eager_without_recompiling(ltx):
@@ -446,7 +537,8 @@ def test_torch_compile_fullgraph_matches_eager_without_recompiling(ltx):
         q2, k2 = ltx.qk_rms_norm_rope(q, k, wq, wk, cos, sin)
         act = ltx.gelu_tanh(h)
         res = ltx.gated_residual(x, modulated, gate)
-        return normed, modulated, q1, k1, q2, k2, act, res
+        h, fused = ltx.add_rms_norm_modulate(x, res, scale, shift)
+        return normed, modulated, q1, k1, q2, k2, act, res, h, fused
 
     def inputs(seed: int):
         r = Rand(seed, "cpu")
@@ -473,7 +565,8 @@ def test_torch_compile_backward_matches_eager(ltx):
     def block(x, ada, w):
         shift, scale, gate = ada.unbind(2)[:3]
         h = ltx.gelu_tanh(ltx.rms_norm_modulate(x, scale, shift, w))
-        return ltx.gated_residual(x, h, gate).square().sum() + ltx.rms_norm(x, w).sum()
+        res, normed = ltx.add_rms_norm_modulate(x, h, scale, shift, gate, w)
+        return ltx.gated_residual(x, h, gate).square().sum() + ltx.rms_norm(x, w).sum() + (res * normed).sum()
 
     r = Rand(secrets.randbits(62), "cpu")
     args = [r.normal(2, 4, 32).requires_grad_(), r.normal(2, 1, 6, 32, std=0.5).requires_grad_(),
@@ -515,6 +608,26 @@ def test_rms_norm_modulate_gradcheck(ltx, form, with_weight):
 def test_rms_norm_modulate_gradcheck_through_unbind_views(ltx):
     x, ada = _grad_inputs((2, 3, 7), (2, 1, 6, 7))
     assert torch.autograd.gradcheck(lambda x, ada: ltx.rms_norm_modulate(x, ada[:, :, 1], ada[:, :, 0]), (x, ada))
+
+
+@pytest.mark.parametrize("gate_form", [None, "batch", "token"], ids=lambda g: f"gate_{g}")
+@pytest.mark.parametrize("with_weight", [False, True], ids=["no_weight", "weight"])
+def test_add_rms_norm_modulate_gradcheck(ltx, gate_form, with_weight):
+    """Gradients of both outputs (h and out) for x, y, scale, shift, gate and weight."""
+    t = 1 if gate_form == "batch" else 3
+    x, y, scale, shift, gate, w = _grad_inputs((2, 3, 7), (2, 3, 7), (2, 1, 7), (2, 3, 7), (2, t, 7), (7,))
+
+    def fn(x, y, scale, shift, gate, w):
+        return ltx.add_rms_norm_modulate(x, y, scale, shift, gate if gate_form else None,
+                                         w if with_weight else None, eps=1e-6)
+
+    assert torch.autograd.gradcheck(fn, (x, y, scale, shift, gate, w))
+
+
+def test_add_rms_norm_modulate_gradcheck_through_unbind_views(ltx):
+    x, y, ada = _grad_inputs((2, 3, 7), (2, 3, 7), (2, 1, 6, 7))
+    assert torch.autograd.gradcheck(
+        lambda x, y, ada: ltx.add_rms_norm_modulate(x, y, ada[:, :, 1], ada[:, :, 0], ada[:, :, 2]), (x, y, ada))
 
 
 def test_gelu_tanh_gradcheck(ltx):
