@@ -1,9 +1,10 @@
 // The cases: every launcher of ltx_cuda.h on the CPU emulation (emu.h) against float64 references.
 //
-//   cuda-emu [SUITE ...]   suites: rms mod gated gelu rope qk empty rowgroup (default: all but rowgroup,
-//                          which holds the rows whose launch shape LTX_ROW_GROUP picks), or one of
-//                          fault-misaligned / -overflow / -deadlock / -race, kernels with a bug
-//                          that the emulation must report (tests/test_cuda_emulation.py says how)
+//   cuda-emu [SUITE ...]   suites: rms mod addmod gated gelu rope qk empty rowgroup (default: all
+//                          but rowgroup, which holds the rows whose launch shape LTX_ROW_GROUP
+//                          picks), or one of fault-misaligned / -overflow / -deadlock / -race,
+//                          kernels with a bug that the emulation must report
+//                          (tests/test_cuda_emulation.py says how)
 //
 // Each check poisons the output with NaN, runs the op, and requires every output element within
 // one rounding (16-bit types) or 2e-5 (fp32) of a float64 reference computed from the same
@@ -239,6 +240,79 @@ static void check_modulate(DType dt, int64_t B, int64_t S, int64_t D, int mode, 
   compare(what, out, ref, {&x, &sc, &sh, &w});
 }
 
+// `a` equals `b` bit for bit (both outputs of the same dtype and size).
+static void compare_exact(const std::string& what, const Buf& a, const Buf& b) {
+  ++checks;
+  const bool same = a.bytes() == b.bytes() && std::memcmp(a.p, b.p, a.bytes()) == 0;
+  if (!same) {
+    int64_t first = 0;
+    while (first < a.n && a.get(first) == b.get(first)) ++first;
+    ++failures;
+    std::printf("FAIL %s: differs from the unfused ops, first at [%lld]: %.9g vs %.9g [%s]\n",
+                what.c_str(), static_cast<long long>(first), a.get(first), b.get(first),
+                launched().c_str());
+  }
+}
+
+// add_rms_norm_modulate with scale/shift in layout `mode` and the gate in layout `gate_mode` (-1: no
+// gate). h against x + y (* gate) in float64, out against rms_norm_modulate of the h the kernel
+// wrote (the op normalises the rounded h), and, when both take the same path (x aligned), both bit
+// for bit against gated_residual (a gate of ones for none: fmaf(y, 1, x) rounds x + y once) followed
+// by rms_norm_modulate.
+static void check_add_modulate(DType dt, int64_t B, int64_t S, int64_t D, int mode, int gate_mode,
+                               bool weight, int off = 0) {
+  const int64_t rows = B * S;
+  const Layout l = mod_layout(mode, B, S, D);
+  const Layout gl = mod_layout(gate_mode < 0 ? 4 : gate_mode, B, S, D);
+  Buf x(dt, rows * D, off), y(dt, rows * D), sc(dt, l.n), sh(dt, l.n), g(dt, gl.n), w(dt, D);
+  Buf h(dt, rows * D), out(dt, rows * D);
+  x.randn();
+  y.randn();
+  sc.randn(0.5f);
+  sh.randn();
+  g.randn();
+  w.randn();
+  h.poison();
+  out.poison();
+  const std::string what = "add_rms_norm_modulate " + std::string(dname(dt)) + " B=" + to_string(B) +
+                           " S=" + to_string(S) + " D=" + to_string(D) + " layout=" + to_string(mode) +
+                           " gate=" + (gate_mode < 0 ? std::string("none") : to_string(gate_mode)) +
+                           (weight ? " weight" : "") + " off=" + to_string(off);
+  begin(what);
+  const void* gp = gate_mode < 0 ? nullptr : g.at(gl.base);
+  add_rms_norm_modulate(h.p, out.p, x.p, y.p, sc.at(l.base), sh.at(l.base), gp, weight ? w.p : nullptr,
+                        rows, S, D, l.bs, l.ts, gl.bs, gl.ts, 1e-6f, dt, nullptr);
+  std::vector<double> ref_h, ref_out;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / S, s = r % S;
+    for (int64_t i = 0; i < D; ++i) {
+      const double gv = gate_mode < 0 ? 1.0 : g.get(gl.base + b * gl.bs + s * gl.ts + i);
+      ref_h.push_back(x.get(r * D + i) + y.get(r * D + i) * gv);
+    }
+    auto n = ref_norm_row(h, r, D, 1e-6, weight ? &w : nullptr);
+    for (int64_t i = 0; i < D; ++i) {
+      const int64_t m = l.base + b * l.bs + s * l.ts + i;
+      ref_out.push_back(n[i] * (1 + sc.get(m)) + sh.get(m));
+    }
+  }
+  compare(what + " h", h, ref_h, {&x, &y, &sc, &sh, &g, &w});
+  compare(what + " out", out, ref_out);
+  if (off != 0 || rows == 0 || D == 0) return;
+
+  Buf ones(dt, D), h2(dt, rows * D), out2(dt, rows * D);
+  for (int64_t i = 0; i < D; ++i) ones.set(i, 1.0f);
+  h2.poison();
+  out2.poison();
+  if (gate_mode < 0)
+    gated_residual(h2.p, x.p, y.p, ones.p, rows, S, D, 0, 0, dt, nullptr);
+  else
+    gated_residual(h2.p, x.p, y.p, gp, rows, S, D, gl.bs, gl.ts, dt, nullptr);
+  rms_norm_modulate(out2.p, h2.p, sc.at(l.base), sh.at(l.base), weight ? w.p : nullptr, rows, S, D,
+                    l.bs, l.ts, 1e-6f, dt, nullptr);
+  compare_exact(what + " h", h, h2);
+  compare_exact(what + " out", out, out2);
+}
+
 static void check_gated(DType dt, int64_t B, int64_t S, int64_t D, int mode, int off = 0) {
   const int64_t rows = B * S;
   const Layout l = mod_layout(mode, B, S, D);
@@ -377,6 +451,27 @@ static void suite_mod() {
   check_modulate(DType::BF16, 2, 101, 2048, 2, true);   // ada.unbind views
 }
 
+// Every (gate, weight) instantiation at every launch shape (the widths of suite_mod), with the
+// scale/shift and gate layouts taking turns.
+static void suite_addmod() {
+  int turn = 0;
+  for (DType dt : kDtypes) {
+    for (int64_t v : {1, 33, 65, 129, 256, 257, 513, 1025, 2049})
+      for (int gate : {-1, 1, 3})
+        for (bool w : {false, true}) {
+          ++turn;
+          check_add_modulate(dt, 2, 3, v * pack(dt), turn % 5, gate, w);
+        }
+    for (int64_t D : {int64_t(100) * pack(dt) + 1, int64_t(2050)})  // narrow: 32 and 256 threads
+      for (int gate : {-1, 2, 4})
+        for (bool w : {false, true}) check_add_modulate(dt, 2, 3, D, ++turn % 5, gate, w);
+    check_add_modulate(dt, 2, 3, 2048, 1, 0, false, 1);  // x not 16-byte aligned: narrow path
+    check_add_modulate(dt, 1, 7, 17, 0, -1, true);
+  }
+  check_add_modulate(DType::BF16, 2, 101, 2048, 0, -1, false);  // LTX-Video: [B,1,D] scale/shift
+  check_add_modulate(DType::BF16, 2, 101, 2048, 2, 3, true);    // ada.unbind views, gate included
+}
+
 static void suite_gated() {
   for (DType dt : kDtypes)
     for (int64_t D : {1, 8, 16, 17, 100, 2048, 2050, 4096})
@@ -416,6 +511,8 @@ static void suite_empty() {
       check_rms(dt, rows, dim, true);
       check_modulate(dt, rows ? 1 : 0, rows, dim, 0, false);
       check_gated(dt, rows ? 1 : 0, rows, dim, 0);
+      check_add_modulate(dt, rows ? 1 : 0, rows, dim, 0, -1, false);
+      check_add_modulate(dt, rows ? 1 : 0, rows, dim, 0, 0, true);
       check_rope(dt, rows, dim);
       check_qk(dt, rows, dim);
     }
@@ -432,6 +529,8 @@ static void suite_rowgroup() {
         check_rms(dt, v == 256 ? 203 : 5, v * pack(dt), w);
         check_modulate(dt, 2, 5, v * pack(dt), 0, w);
         check_modulate(dt, 2, 3, v * pack(dt), 2, w);
+        check_add_modulate(dt, 2, 5, v * pack(dt), 0, -1, w);
+        check_add_modulate(dt, 2, 3, v * pack(dt), 2, 1, w);
       }
 }
 
@@ -482,11 +581,12 @@ static void fault(const std::string& name) {
 
 int main(int argc, char** argv) {
   const std::map<std::string, void (*)()> suites = {
-      {"rms", suite_rms},   {"mod", suite_mod}, {"gated", suite_gated},       {"gelu", suite_gelu},
-      {"rope", suite_rope}, {"qk", suite_qk},   {"empty", suite_empty},     {"rowgroup", suite_rowgroup},
+      {"rms", suite_rms},   {"mod", suite_mod}, {"addmod", suite_addmod}, {"gated", suite_gated},
+      {"gelu", suite_gelu}, {"rope", suite_rope}, {"qk", suite_qk},       {"empty", suite_empty},
+      {"rowgroup", suite_rowgroup},
   };
   std::vector<std::string> run(argv + 1, argv + argc);
-  if (run.empty()) run = {"rms", "mod", "gated", "gelu", "rope", "qk", "empty"};
+  if (run.empty()) run = {"rms", "mod", "addmod", "gated", "gelu", "rope", "qk", "empty"};
   for (const auto& name : run) {
     if (name.rfind("fault-", 0) == 0) {
       fault(name);
