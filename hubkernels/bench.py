@@ -62,6 +62,13 @@ def eager_modulate(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, ep
     return eager_rms_norm(x, None, eps) * (1 + scale) + shift
 
 
+def eager_add_modulate(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LTX block's cross-attention residual, then the feed-forward's AdaLN: (h, modulated h)."""
+    h = x + y
+    return h, eager_modulate(h, scale, shift, eps)
+
+
 def eager_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """diffusers' LTX apply_rotary_emb: interleaved pairs over the whole hidden width."""
     x_real, x_imag = x.unflatten(2, (-1, 2)).unbind(-1)
@@ -181,6 +188,8 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
         "rms_norm": [(rnd(B, S, D),) for _ in range(rotate)],
         "rms_norm_modulate": [(rnd(B, S, D), 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D)) for _ in range(rotate)],
         "rms_norm_weight": [(rnd(B, S, D), 1 + 0.1 * rnd(D)) for _ in range(rotate)],
+        "add_rms_norm_modulate": [(rnd(B, S, D), rnd(B, S, D), 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D))
+                                  for _ in range(rotate)],
         "rope_interleaved_qk": [(rnd(B, S, D), rnd(B, S, D), rnd(B, S, D, dt=torch.float32).cos(),
                                  rnd(B, S, D, dt=torch.float32).sin()) for _ in range(rotate)],
         "gelu_tanh": [(rnd(B, S, ff),) for _ in range(rotate)],
@@ -196,6 +205,9 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
                      "F.rms_norm": lambda x: F.rms_norm(x, (x.shape[-1],), None, eps6)},
         "rms_norm_modulate": {"ours": lambda x, sc, sh: kernel.rms_norm_modulate(x, sc, sh, None, eps6),
                               "eager": lambda x, sc, sh: eager_modulate(x, sc, sh, eps6)},
+        "add_rms_norm_modulate": {
+            "ours": lambda x, y, sc, sh: kernel.add_rms_norm_modulate(x, y, sc, sh, None, None, eps6),
+            "eager": lambda x, y, sc, sh: eager_add_modulate(x, y, sc, sh, eps6)},
         "rms_norm_weight": {"ours": lambda x, w: kernel.rms_norm(x, w, eps5),
                             "eager": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, eps5),
                             "F.rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, eps5)},
@@ -206,7 +218,13 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
                              "eager": lambda q, k, wq, wk, c, s: eager_qk_norm_rope(q, k, wq, wk, c, s, eps5)},
     }
     impls["rms_norm_weight"].pop("eager")  # torch.nn.RMSNorm's eager forward *is* F.rms_norm: time it once
-    selected = list(ops) if ops else list(impls)
+    if ops:
+        selected = list(ops)
+        missing = [op for op in selected if op in impls and not hasattr(kernel, _KERNEL_OP.get(op, op))]
+        if missing:
+            raise ValueError(f"{kernel.__name__} has no {', '.join(missing)} (built before it was added); rebuild it")
+    else:  # every op this build has (an older build lacks the newer ones)
+        selected = [op for op in impls if hasattr(kernel, _KERNEL_OP.get(op, op))]
     warm_up_device(dev)
     copy_gbps = copy_bandwidth(dev, 1 << 30 if dev.type == "cuda" else 1 << 27, warmup, iters)
     report = Report(device=_device_name(dev), torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
@@ -229,6 +247,10 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
     return report
 
 
+# Bench entries named other than the kernel function they time.
+_KERNEL_OP = {"rms_norm_weight": "rms_norm"}
+
+
 def _reference(op: str, args: tuple) -> Any:
     """float64 reference of each op on the first input set."""
     d = tuple(a.double() if isinstance(a, torch.Tensor) else a for a in args)
@@ -238,6 +260,8 @@ def _reference(op: str, args: tuple) -> Any:
         return eager_modulate(d[0], d[1], d[2], 1e-6)
     if op == "rms_norm_weight":
         return F.rms_norm(d[0], (d[0].shape[-1],), d[1], 1e-5)
+    if op == "add_rms_norm_modulate":
+        return eager_add_modulate(d[0], d[1], d[2], d[3], 1e-6)
     if op == "rope_interleaved_qk":
         return _rope64(d[0], d[2], d[3]), _rope64(d[1], d[2], d[3])
     if op == "gelu_tanh":
