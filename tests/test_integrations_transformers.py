@@ -116,7 +116,9 @@ def test_transformers_kernel_config_loads_our_repo(name, tmp_path, hub, ltx_buil
     publish_ltx(ltx_build.path, REPO)
     cls, model = saved(name, tmp_path)
     ref_model = cls.from_pretrained(tmp_path, device_map="cuda").eval()
-    config = KernelConfig({"RMSNorm": f"{REPO}:LlamaRMSNorm"})
+    # inherit_mapping=False: transformers' default mapping also names community repos (on CUDA, the rotary
+    # embedding's kernels-community/rotary), which this local Hub does not host; only our entry is wanted.
+    config = KernelConfig({"RMSNorm": f"{REPO}:LlamaRMSNorm"}, inherit_mapping=False)
     model = cls.from_pretrained(tmp_path, device_map="cuda", use_kernels=True, kernel_config=config).eval()
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     assert norms and all(m.forward.__func__.__qualname__ == "LlamaRMSNorm.forward" for m in norms)
