@@ -58,7 +58,8 @@ def test_the_kernels_run_where_expected(ltx):
     with torch.no_grad():
         calls = op_calls(lambda: model(**inputs))
     assert calls == {
-        "rms_norm_modulate": 2 * LAYERS,  # norm1/norm2 + AdaLN, inside the block forward
+        "rms_norm_modulate": LAYERS,  # norm1 + AdaLN, inside the block forward
+        "add_rms_norm_modulate": LAYERS,  # cross-attention residual, then norm2 + AdaLN
         "gated_residual": 2 * LAYERS,  # attn1 and feed-forward residuals
         "qk_rms_norm_rope": LAYERS,  # self-attention prologue (with RoPE)
         "rms_norm": 2 * LAYERS,  # cross-attention q/k norms (no RoPE), as kernelized torch.nn.RMSNorm
@@ -81,8 +82,9 @@ def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
         calls = op_calls(lambda: compiled(**inputs))
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    assert calls["qk_rms_norm_rope"] == LAYERS and calls["rms_norm_modulate"] == 2 * LAYERS  # still our kernels
-    assert calls["rope_tables"] == 1 and calls["residual_add"] == LAYERS  # tables once; ATen's add, kept whole
+    assert calls["qk_rms_norm_rope"] == LAYERS and calls["rms_norm_modulate"] == LAYERS  # still our kernels
+    assert calls["add_rms_norm_modulate"] == LAYERS and "residual_add" not in calls  # the residual, fused
+    assert calls["rope_tables"] == 1  # the tables once
 
 
 def _rope_table_args(code: str) -> list[tuple[str, str]]:
@@ -259,7 +261,7 @@ def test_kernelize_before_offload_hooks_keeps_working(ltx):
             _add_hook(block, calls)
         ops = op_calls(lambda: model(**inputs))
         out = model(**inputs)[0]
-        assert ops["rms_norm_modulate"] == 2 * LAYERS  # the kernelized block forward runs under the hook
+        assert ops["add_rms_norm_modulate"] == LAYERS  # the kernelized block forward runs under the hook
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
         assert calls.count("LTXVideoTransformerBlock") == 2 * LAYERS
         # kernelize again (another mode) with the hooks in place: the hooks stay, kernels swap underneath

@@ -10,7 +10,7 @@ but not attributes or eps). What gets replaced, by kind (the kernel layer or op 
 | `TorchRMSNorm` | `torch.nn.RMSNorm` (LTX: attention q/k norms across heads, with weight) | `layers.TorchRMSNorm` |
 | `DiffusersGELU` | `diffusers.models.activations.GELU(approximate="tanh")` (the feed-forward's proj + GELU) | `layers.DiffusersGELU` |
 | `GeluTanh` | `torch.nn.GELU(approximate="tanh")` (LTX: caption projection) | `layers.GeluTanh` |
-| `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, residuals as `gated_residual` | built from the ops |
+| `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, gated residuals as `gated_residual`, the cross-attention residual and the feed-forward's AdaLN as one `add_rms_norm_modulate` | built from the ops |
 | `LTXVideoAttnProcessor` | `LTXAttention` processor: q/k RMSNorm + RoPE as one `qk_rms_norm_rope` when RoPE is given | built from the ops |
 | `LTXVideoRotaryPosEmbed` | the RoPE cos/sin tables (with `LTXVideoAttnProcessor`, for its prologue) | `rope_tables` |
 
@@ -20,9 +20,10 @@ restoring work as there); the attention prologue is an attention processor, swap
 
 Under torch.compile, work that Inductor would otherwise redo or generate worse runs as opaque ops:
 the RoPE tables (`rope_tables`; Inductor recomputes cheap pointwise tables in front of every extern
-kernel that reads them, i.e. once per block) and the block's cross-attention residual (`residual_add`,
-ATen's add). Both ops are Python custom ops in the kernel package (`_rope_tables.py`,
-`_residual_add.py`); builds without them keep diffusers' tables and Inductor's add.
+kernel that reads them, i.e. once per block) and, in builds without `add_rms_norm_modulate`, the
+block's cross-attention residual (`residual_add`, ATen's add). Both ops are Python custom ops in the
+kernel package (`_rope_tables.py`, `_residual_add.py`); builds without them keep diffusers' tables and
+Inductor's add.
 """
 
 from __future__ import annotations
@@ -131,8 +132,10 @@ _block_layers: dict[int, type] = {}
 
 def ltx_block_layer(kernel: ModuleType) -> type:
     """`LTXVideoTransformerBlock.forward` with AdaLN (`rms_norm_modulate`) and the gated residuals
-    (`gated_residual`) as kernels, and under torch.compile the cross-attention residual as ATen's add
-    (`residual_add`); a stateless layer for kernelize, one class per kernel module."""
+    (`gated_residual`) as kernels, and the cross-attention residual fused into the next AdaLN
+    (`add_rms_norm_modulate`: x and y read once, h and its normalisation written once). Builds without
+    that op add separately, under torch.compile as ATen's add (`residual_add`). A stateless layer for
+    kernelize, one class per kernel module."""
     cached = _block_layers.get(id(kernel))
     if cached is not None:
         return cached
@@ -142,7 +145,10 @@ def ltx_block_layer(kernel: ModuleType) -> type:
     rms_norm_modulate = kernel.rms_norm_modulate
     gated_residual = kernel.gated_residual
     residual_add = _kernel_function(kernel, "_residual_add", "residual_add")
-    ops = ("rms_norm_modulate", "gated_residual") + (("residual_add",) if residual_add is not None else ())
+    add_rms_norm_modulate = getattr(kernel, "add_rms_norm_modulate", None)
+    ops = (("rms_norm_modulate", "gated_residual")
+           + (("add_rms_norm_modulate",) if add_rms_norm_modulate is not None else ())
+           + (("residual_add",) if residual_add is not None else ()))
     has_backward, can_compile = op_support(kernel, ops)
 
     def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -173,15 +179,20 @@ def ltx_block_layer(kernel: ModuleType) -> type:
 
         attn_hidden_states = self.attn2(hidden_states, encoder_hidden_states=encoder_hidden_states,
                                         image_rotary_emb=None, attention_mask=encoder_attention_mask)
-        hidden_states = add(hidden_states, attn_hidden_states)
-
-        norm_hidden_states = rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, self.norm2.eps)
+        if (add_rms_norm_modulate is not None and attn_hidden_states.shape == hidden_states.shape
+                and attn_hidden_states.dtype == dtype and attn_hidden_states.is_contiguous()):
+            hidden_states, norm_hidden_states = add_rms_norm_modulate(
+                hidden_states, attn_hidden_states, scale_mlp, shift_mlp, None, w2, self.norm2.eps)
+        else:
+            hidden_states = add(hidden_states, attn_hidden_states)
+            norm_hidden_states = rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, self.norm2.eps)
         ff_output = self.ff(norm_hidden_states)
         return gated_residual(hidden_states, ff_output, gate_mlp)
 
     layer = type("LTXVideoTransformerBlock", (nn.Module,), {
         "forward": forward, "has_backward": has_backward, "can_torch_compile": can_compile,
-        "__module__": __name__, "__doc__": "LTX-Video block forward with fused AdaLN and gated residuals."})
+        "__module__": __name__,
+        "__doc__": "LTX-Video block forward with fused AdaLN, gated residuals and residual + AdaLN."})
     _block_layers[id(kernel)] = layer
     return layer
 
