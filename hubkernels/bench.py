@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import sys
@@ -85,6 +86,30 @@ def eager_qk_norm_rope(q, k, wq, wk, cos, sin, eps):  # type: ignore[no-untyped-
     q = F.rms_norm(q, (q.shape[-1],), wq, eps)
     k = F.rms_norm(k, (k.shape[-1],), wk, eps)
     return eager_rope(q, cos, sin), eager_rope(k, cos, sin)
+
+
+def rope_freqs(dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """diffusers' LTX-Video per-axis RoPE frequencies (pi/2 included), float32 [dim // 6]."""
+    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device,
+                                    dtype=torch.float32)
+    return freqs * math.pi / 2.0
+
+
+def eager_rope_tables(pos: torch.Tensor, freqs: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """LTXVideoRotaryPosEmbed's (cos, sin) from positions [B,S,3] and frequencies, as diffusers computes them."""
+    angles = (freqs * (pos.unsqueeze(-1) * 2 - 1)).transpose(-1, -2).flatten(2)
+    cos, sin = angles.cos().repeat_interleave(2, dim=-1), angles.sin().repeat_interleave(2, dim=-1)
+    pad = dim % 6
+    if pad:
+        cos = torch.cat([torch.ones_like(cos[..., :pad]), cos], dim=-1)
+        sin = torch.cat([torch.zeros_like(sin[..., :pad]), sin], dim=-1)
+    return cos, sin
+
+
+def eager_qk_norm_rope_grid(q, k, wq, wk, pos, freqs, eps):  # type: ignore[no-untyped-def]
+    """The prologue with the tables built from positions first (diffusers builds them once per forward)."""
+    cos, sin = eager_rope_tables(pos, freqs, q.shape[-1])
+    return eager_qk_norm_rope(q, k, wq, wk, cos, sin, eps)
 
 
 def eager_gated_residual(x, y, gate):  # type: ignore[no-untyped-def]
@@ -197,6 +222,9 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
         "qk_rms_norm_rope": [(rnd(B, S, D), rnd(B, S, D), 1 + 0.1 * rnd(D), 1 + 0.1 * rnd(D),
                               rnd(B, S, D, dt=torch.float32).cos(), rnd(B, S, D, dt=torch.float32).sin())
                              for _ in range(rotate)],
+        # Positions of a 16 x 16 x 24 latent grid (LTX-Video 2B at 768x512, 121 frames), repeated to S tokens.
+        "qk_rms_norm_rope_grid": [(rnd(B, S, D), rnd(B, S, D), 1 + 0.1 * rnd(D), 1 + 0.1 * rnd(D),
+                                   _ltx_positions(B, S, dev), rope_freqs(D, 10000.0, dev)) for _ in range(rotate)],
     }
     eps6, eps5 = 1e-6, 1e-5
     impls: dict[str, dict[str, Callable[..., Any]]] = {
@@ -216,6 +244,9 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
         "gated_residual": {"ours": kernel.gated_residual, "eager": eager_gated_residual},
         "qk_rms_norm_rope": {"ours": lambda q, k, wq, wk, c, s: kernel.qk_rms_norm_rope(q, k, wq, wk, c, s, eps5),
                              "eager": lambda q, k, wq, wk, c, s: eager_qk_norm_rope(q, k, wq, wk, c, s, eps5)},
+        "qk_rms_norm_rope_grid": {
+            "ours": lambda q, k, wq, wk, p, f: kernel.qk_rms_norm_rope_grid(q, k, wq, wk, p, f, eps5),
+            "eager": lambda q, k, wq, wk, p, f: eager_qk_norm_rope_grid(q, k, wq, wk, p, f, eps5)},
     }
     impls["rms_norm_weight"].pop("eager")  # torch.nn.RMSNorm's eager forward *is* F.rms_norm: time it once
     if ops:
@@ -272,7 +303,19 @@ def _reference(op: str, args: tuple) -> Any:
         q = F.rms_norm(d[0], (d[0].shape[-1],), d[2], 1e-5)
         k = F.rms_norm(d[1], (d[1].shape[-1],), d[3], 1e-5)
         return _rope64(q, d[4], d[5]), _rope64(k, d[4], d[5])
+    if op == "qk_rms_norm_rope_grid":
+        cos, sin = eager_rope_tables(args[4], args[5], args[0].shape[-1])  # float32 angles, as diffusers
+        return _reference("qk_rms_norm_rope", (*d[:4], cos.double(), sin.double()))
     raise KeyError(op)
+
+
+def _ltx_positions(batch: int, tokens: int, device: torch.device) -> torch.Tensor:
+    """float32 [batch, tokens, 3] (frame, height, width) / (20, 2048, 2048) * (8/25, 32, 32), as the LTX
+    pipelines pass them for a 16 x 16 x 24 latent, repeated or cut to `tokens`."""
+    f, h, w = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), torch.arange(24.0), indexing="ij")
+    grid = torch.stack([f * 8 / 25 / 20, h * 32 / 2048, w * 32 / 2048], dim=-1).reshape(-1, 3)
+    grid = grid.repeat((tokens + grid.shape[0] - 1) // grid.shape[0], 1)[:tokens]
+    return grid.expand(batch, tokens, 3).contiguous().to(device)
 
 
 def _rope64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

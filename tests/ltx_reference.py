@@ -18,6 +18,7 @@ __all__ = [
     "gated_residual",
     "gelu_tanh",
     "qk_rms_norm_rope",
+    "rope_tables",
     "rms_norm",
     "rms_norm_modulate",
     "rope_interleaved_qk",
@@ -95,3 +96,17 @@ def qk_rms_norm_rope(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Tensor, w
                      cos: torch.Tensor, sin: torch.Tensor, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
     """rope(rms_norm(q, weight_q)), rope(rms_norm(k, weight_k)), without rounding in between."""
     return _rope(rms_norm(q, weight_q, eps), cos, sin), _rope(rms_norm(k, weight_k, eps), cos, sin)
+
+
+def rope_tables(pos: torch.Tensor, freqs: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """diffusers' LTX-Video RoPE (cos, sin), float64 [..., dim], for positions pos [..., 3] and per-axis
+    frequencies freqs [dim // 6]. The angles are rounded in float32 as diffusers computes them; only
+    the cos/sin are exact. Channel order: dim % 6 padding channels (cos 1, sin 0), then per frequency f
+    and axis a the pair at 2 * (3 f + a)."""
+    angles = freqs.float() * (pos.float().unsqueeze(-1) * 2 - 1)  # [..., 3, F], float32 as in diffusers
+    angles = angles.transpose(-1, -2).flatten(-2).double()  # [..., 3F]: index 3 f + a
+    pad = dim % 6
+    cos = angles.cos().repeat_interleave(2, dim=-1)
+    sin = angles.sin().repeat_interleave(2, dim=-1)
+    ones = torch.ones(*cos.shape[:-1], pad, dtype=torch.float64, device=cos.device)
+    return torch.cat([ones, cos], dim=-1), torch.cat([ones * 0, sin], dim=-1)

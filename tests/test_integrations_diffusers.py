@@ -61,10 +61,10 @@ def test_the_kernels_run_where_expected(ltx):
         "rms_norm_modulate": LAYERS,  # norm1 + AdaLN, inside the block forward
         "add_rms_norm_modulate": LAYERS,  # cross-attention residual, then norm2 + AdaLN
         "gated_residual": 2 * LAYERS,  # attn1 and feed-forward residuals
-        "qk_rms_norm_rope": LAYERS,  # self-attention prologue (with RoPE)
+        "qk_rms_norm_rope_grid": LAYERS,  # self-attention prologue (with RoPE computed in the kernel)
         "rms_norm": 2 * LAYERS,  # cross-attention q/k norms (no RoPE), as kernelized torch.nn.RMSNorm
         "gelu_tanh": LAYERS + 1,  # feed-forwards + caption projection
-        "rope_tables": 1,  # the RoPE cos/sin tables, once per forward
+        "rope_positions": 1,  # the RoPE positions and frequencies, once per forward
     }
 
 
@@ -82,26 +82,28 @@ def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
         calls = op_calls(lambda: compiled(**inputs))
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    assert calls["qk_rms_norm_rope"] == LAYERS and calls["rms_norm_modulate"] == LAYERS  # still our kernels
+    assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["rms_norm_modulate"] == LAYERS  # still our kernels
     assert calls["add_rms_norm_modulate"] == LAYERS and "residual_add" not in calls  # the residual, fused
-    assert calls["rope_tables"] == 1  # the tables once
+    assert calls["rope_positions"] == 1  # positions and frequencies once
 
 
-def _rope_table_args(code: str) -> list[tuple[str, str]]:
-    """The buffers passed as cos and sin to each qk_rms_norm_rope call of Inductor's output code."""
+def _rope_args(code: str) -> list[tuple[str, str]]:
+    """The buffers passed as positions and frequencies to each qk_rms_norm_rope_grid call of Inductor's
+    output code."""
 
     def buffer(arg: ast.expr) -> str:  # `buf7` or `reinterpret_tensor(buf7, ...)` -> "buf7"
         return buffer(arg.args[0]) if isinstance(arg, ast.Call) else ast.unparse(arg)
 
     return [(buffer(node.args[4]), buffer(node.args[5])) for node in ast.walk(ast.parse(code))
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".qk_rms_norm_rope.default")]
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".qk_rms_norm_rope_grid.default")]
 
 
-def test_compiled_forward_computes_the_rope_tables_once(ltx):
+def test_compiled_forward_computes_the_rope_inputs_once(ltx):
     """Inductor recomputes cheap pointwise results in front of every extern kernel that reads them; the
-    RoPE tables come from one opaque op instead, so every block's qk_rms_norm_rope reads the same two
-    buffers. force_pointwise_cat lowers diffusers' table concatenation as Inductor does on CUDA (on CPU it
-    is a buffer of its own, which would hide the recomputation)."""
+    RoPE positions and frequencies come from one opaque op instead, so every block's
+    qk_rms_norm_rope_grid reads the same two buffers. force_pointwise_cat lowers diffusers'
+    concatenations as Inductor does on CUDA (on CPU they are buffers of their own, which would hide a
+    recomputation)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import run_and_get_code
 
@@ -114,10 +116,10 @@ def test_compiled_forward_computes_the_rope_tables_once(ltx):
         compiled = torch.compile(model, fullgraph=True)
         out, codes = run_and_get_code(lambda: compiled(**inputs)[0])
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    tables = [args for code in codes for args in _rope_table_args(code)]
-    assert len(tables) == 4, codes  # one fused q/k prologue per block
-    assert len(set(tables)) == 1, tables  # all of them read the same cos and sin buffers
-    assert sum(code.count(".rope_tables.default(") for code in codes) == 1
+    rope = [args for code in codes for args in _rope_args(code)]
+    assert len(rope) == 4, codes  # one fused q/k prologue per block
+    assert len(set(rope)) == 1, rope  # all of them read the same position and frequency buffers
+    assert sum(code.count(".rope_positions.default(") for code in codes) == 1
 
 
 @pytest.mark.parametrize("dim", [128, 96, 11], ids=["pad2", "pad0", "pad5"])
@@ -135,8 +137,9 @@ def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim):
              for scale in ((8 / 25, 32, 32), (torch.tensor(0.32), 32.0, 32.0), None)] + [dict(video_coords=coords)]
     for kwargs in calls:
         expected = rope(hidden, **kwargs)
-        got = kernelized.forward(rope, hidden, **kwargs)
-        for g, e in zip(got, expected):
+        positions = kernelized.forward(rope, hidden, **kwargs)
+        assert isinstance(positions, hd.LTXRopePositions)
+        for g, e in zip(positions.tables(), expected):
             assert g.dtype == e.dtype and g.shape == e.shape and g.is_contiguous()
             assert torch.equal(g, e), kwargs
 
@@ -212,7 +215,7 @@ def test_a_kernelized_model_can_be_deep_copied(ltx):
         calls = op_calls(lambda: clone(**inputs))
         clone.transformer_blocks[0].ff.net[2].weight.zero_()
         assert not torch.equal(clone(**inputs)[0], model(**inputs)[0])  # bound to the copy's own weights
-    assert calls["qk_rms_norm_rope"] == LAYERS
+    assert calls["qk_rms_norm_rope_grid"] == LAYERS
 
 
 def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
@@ -222,13 +225,21 @@ def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
         pass
 
     model = tiny_ltx()
+    inputs = ltx_inputs()
     model.transformer_blocks[0].attn1.set_processor(MyProcessor())
+    with torch.no_grad():
+        ref = model(**inputs)[0]
     hd.kernelize(model, kernel=ltx, exclude=["LTXVideoTransformerBlock"])
     expected = expected_replacements(LAYERS)
     del expected["LTXVideoTransformerBlock"]
     expected["LTXVideoAttnProcessor"] -= 1
+    # The kernelized RoPE module hands positions, not (cos, sin), to the fused processors only: with a
+    # custom processor in the model, diffusers' RoPE module stays.
+    del expected["LTXVideoRotaryPosEmbed"]
     assert model._hubkernels_replaced == expected
     assert type(model.transformer_blocks[0].attn1.processor) is MyProcessor
+    with torch.no_grad():
+        torch.testing.assert_close(model(**inputs)[0], ref, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="Unknown kinds"):
         hd.kernelize(model, kernel=ltx, exclude=["Attention"])
     # The RoPE tables serve the fused attention prologue: leaving the processor leaves them too.
@@ -340,6 +351,6 @@ def test_kernelized_ltx_on_cuda_matches_diffusers_eager_and_compiled(ltx, dtype,
         eager = model(**inputs)[0].float()
         torch._dynamo.reset()
         compiled = torch.compile(model, fullgraph=True)(**inputs)[0].float()
-    assert calls["qk_rms_norm_rope"] == LAYERS and calls["gated_residual"] == 2 * LAYERS
+    assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["gated_residual"] == 2 * LAYERS
     torch.testing.assert_close(eager, ref, **tol)
     torch.testing.assert_close(compiled, ref, **tol)

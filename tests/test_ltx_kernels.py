@@ -9,6 +9,7 @@ parameter), against the CUDA build of the kernel.
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import platform
 import secrets
@@ -281,6 +282,85 @@ def test_qk_rms_norm_rope_matches_reference(ltx, rand: Rand, dtype, dim):
     q_ref, k_ref = ref.qk_rms_norm_rope(q, k, weight_q, weight_k, cos, sin, 1e-5)
     rand.check(q_out, q_ref, dtype)
     rand.check(k_out, k_ref, dtype)
+
+
+def rope_freqs(dim: int, theta: float = 10000.0) -> torch.Tensor:
+    """diffusers' LTX-Video per-axis RoPE frequencies (pi/2 included), float32 [dim // 6]."""
+    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6, dtype=torch.float32)
+    return freqs * math.pi / 2.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", ROPE_HIDDEN + [12, 14, 16])  # dim % 6 = 0, 2, 4: padding channels or none
+def test_qk_rms_norm_rope_grid_matches_reference(ltx, rand: Rand, dtype, dim):
+    b, s = rows_for(dim)
+    q = rand.normal(b, s, dim, dtype=dtype, std=3.0)
+    k = rand.normal(b, s, dim, dtype=dtype, std=3.0)
+    weight_q = rand.normal(dim, dtype=dtype)
+    weight_k = rand.normal(dim, dtype=dtype)
+    # Positions as LTX pipelines make them (frame / base frames, ...), spread past [0, 1) for larger angles.
+    pos = (torch.rand(b, s, 3, generator=rand.gen) * 3 - 1).to(rand.device)
+    freqs = rope_freqs(dim).to(rand.device)
+    poison(q, k)
+    q_out, k_out = ltx.qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs, eps=1e-5)
+    fresh(q_out, q, k)
+    fresh(k_out, q, k, q_out)
+    cos, sin = ref.rope_tables(pos, freqs, dim)
+    q_ref, k_ref = ref.qk_rms_norm_rope(q, k, weight_q, weight_k, cos, sin, 1e-5)
+    rand.check(q_out, q_ref, dtype)
+    rand.check(k_out, k_ref, dtype)
+
+
+@pytest.mark.parametrize("dim", [2048, 2050])
+def test_qk_rms_norm_rope_grid_equals_the_table_op(ltx, rand: Rand, dim):
+    """Angles computed in the kernel give what the prologue gives with diffusers' tables (rope_tables)."""
+    import importlib
+
+    rope = importlib.import_module(f"{ltx.__name__}._rope_tables")
+    b, s = rows_for(dim)
+    q, k = rand.normal(b, s, dim, std=3.0), rand.normal(b, s, dim, std=3.0)
+    weight_q, weight_k = rand.normal(dim), rand.normal(dim)
+    grid = (torch.rand(b, s, 3, generator=rand.gen) * 2).to(rand.device)
+    pos, freqs = rope.rope_positions(grid, dim, 10000.0)
+    assert torch.equal(pos, grid) and pos.data_ptr() != grid.data_ptr()
+    cos, sin = rope.rope_tables(grid, dim, 10000.0)
+    grid_out = ltx.qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs, eps=1e-5)
+    table_out = ltx.qk_rms_norm_rope(q, k, weight_q, weight_k, cos, sin, eps=1e-5)
+    for got, want in zip(grid_out, table_out):
+        torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("dev", ["cpu", "meta"])
+def test_qk_rms_norm_rope_grid_rejects_bad_positions(ltx, dev):
+    x, w = _t(2, 3, 12, device=dev), _t(12, device=dev)
+    freqs = _t(2, device=dev)
+    with pytest.raises(RuntimeError, match=r"pos has shape \[2, 3, 2\] but must be \[2, 3, 3\] \(positions"):
+        ltx.qk_rms_norm_rope_grid(x, x, w, w, _t(2, 3, 2, device=dev), freqs)
+    with pytest.raises(RuntimeError, match=r"pos has dtype torch.float16 but positions .* are float32; pass pos.float\(\)"
+                       if dev == "meta" else r"pos has dtype Half but positions .* are float32; pass pos.float\(\)"):
+        ltx.qk_rms_norm_rope_grid(x, x, w, w, _t(2, 3, 3, dtype=torch.float16, device=dev), freqs)
+    with pytest.raises(RuntimeError, match=r"freqs has shape \[3\] but must be \[2\] \(RoPE frequencies"):
+        ltx.qk_rms_norm_rope_grid(x, x, w, w, _t(2, 3, 3, device=dev), _t(3, device=dev))
+    with pytest.raises(RuntimeError, match=r"must be even"):
+        ltx.qk_rms_norm_rope_grid(_t(2, 3, 13, device=dev), _t(2, 3, 13, device=dev), _t(13, device=dev),
+                                  _t(13, device=dev), _t(2, 3, 3, device=dev), freqs)
+
+
+def test_qk_rms_norm_rope_grid_compiles_with_its_positions_op(ltx):
+    """rope_positions + qk_rms_norm_rope_grid in one fullgraph torch.compile graph: eager's results."""
+    import importlib
+
+    rope = importlib.import_module(f"{ltx.__name__}._rope_tables")
+
+    def prologue(grid, q, k, wq, wk):
+        pos, freqs = rope.rope_positions(grid, q.shape[-1], 10000.0)
+        return ltx.qk_rms_norm_rope_grid(q, k, wq, wk, pos, freqs)
+
+    r = Rand(secrets.randbits(62), "cpu")
+    args = (torch.rand(2, 8, 3, generator=r.gen), r.normal(2, 8, 64), r.normal(2, 8, 64), r.normal(64), r.normal(64))
+    torch._dynamo.reset()
+    for got, want in zip(torch.compile(prologue, fullgraph=True)(*args), prologue(*args)):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -11,19 +11,19 @@ but not attributes or eps). What gets replaced, by kind (the kernel layer or op 
 | `DiffusersGELU` | `diffusers.models.activations.GELU(approximate="tanh")` (the feed-forward's proj + GELU) | `layers.DiffusersGELU` |
 | `GeluTanh` | `torch.nn.GELU(approximate="tanh")` (LTX: caption projection) | `layers.GeluTanh` |
 | `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, gated residuals as `gated_residual`, the cross-attention residual and the feed-forward's AdaLN as one `add_rms_norm_modulate` | built from the ops |
-| `LTXVideoAttnProcessor` | `LTXAttention` processor: q/k RMSNorm + RoPE as one `qk_rms_norm_rope` when RoPE is given | built from the ops |
-| `LTXVideoRotaryPosEmbed` | the RoPE cos/sin tables (with `LTXVideoAttnProcessor`, for its prologue) | `rope_tables` |
+| `LTXVideoAttnProcessor` | `LTXAttention` processor: q/k RMSNorm + RoPE as one `qk_rms_norm_rope_grid` (angles computed in the kernel; `qk_rms_norm_rope` reading tables on older builds) when RoPE is given | built from the ops |
+| `LTXVideoRotaryPosEmbed` | the RoPE inputs (with `LTXVideoAttnProcessor`, for its prologue): token positions, or the cos/sin tables for builds without `qk_rms_norm_rope_grid` | `rope_positions` / `rope_tables` |
 
 All but the processor are forward swaps through `hubkernels.layers.kernelize` (so `Mode`, fallbacks and
 restoring work as there); the attention prologue is an attention processor, swapped on each
 `LTXAttention` that uses diffusers' stock `LTXVideoAttnProcessor` (custom processors are left alone).
 
 Under torch.compile, work that Inductor would otherwise redo or generate worse runs as opaque ops:
-the RoPE tables (`rope_tables`; Inductor recomputes cheap pointwise tables in front of every extern
-kernel that reads them, i.e. once per block) and, in builds without `add_rms_norm_modulate`, the
-block's cross-attention residual (`residual_add`, ATen's add). Both ops are Python custom ops in the
-kernel package (`_rope_tables.py`, `_residual_add.py`); builds without them keep diffusers' tables and
-Inductor's add.
+the RoPE inputs (`rope_positions` / `rope_tables`; Inductor recomputes cheap pointwise inputs in front
+of every extern kernel that reads them, i.e. once per block) and, in builds without
+`add_rms_norm_modulate`, the block's cross-attention residual (`residual_add`, ATen's add). They are
+Python custom ops in the kernel package (`_rope_tables.py`, `_residual_add.py`); builds without them
+keep diffusers' tables and Inductor's add.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import logging
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from ..layers import LayerMatch, Mode, kernelize as _kernelize_layers, kernelized_layers, use_kernel_mapping
 from ..layers.kernelize import KernelizeFallback, mode_conflict, restore_forward
@@ -197,15 +197,33 @@ def ltx_block_layer(kernel: ModuleType) -> type:
     return layer
 
 
+class LTXRopePositions(NamedTuple):
+    """What the kernelized `LTXVideoRotaryPosEmbed` returns in place of its (cos, sin) tables, for
+    `KernelLTXVideoAttnProcessor` only: each token's position and the frequencies, from which
+    `qk_rms_norm_rope_grid` computes the angles in the kernel (200 MB less to read per block in the
+    2B model). `tables()` gives diffusers' (cos, sin) when a processor needs them after all."""
+
+    pos: "torch.Tensor"  # float32 [B, S, 3]: frame, height, width positions
+    freqs: "torch.Tensor"  # float32 [dim // 6]
+    dim: int
+    theta: float
+    rope_tables: Callable  # the kernel's rope_tables op
+
+    def tables(self) -> tuple["torch.Tensor", "torch.Tensor"]:
+        return self.rope_tables(self.pos, self.dim, self.theta)
+
+
 _rope_layers: dict[int, type] = {}
 
 
 def ltx_rope_layer(kernel: ModuleType) -> type:
-    """`LTXVideoRotaryPosEmbed.forward` with the cos/sin tables from the kernel's `rope_tables` op.
+    """`LTXVideoRotaryPosEmbed.forward` through the kernel's opaque ops: `LTXRopePositions` for the fused
+    attention prologue when the kernel has `qk_rms_norm_rope_grid`, else the cos/sin tables of its
+    `rope_tables` op.
 
-    Same positions as diffusers (its own grid code), same tables bit for bit. Behind the op,
-    torch.compile computes the tables once per forward instead of once per attention block. No
-    backward: the tables feed the fused attention prologue, which serves inference only.
+    Same positions as diffusers (its own grid code), same tables bit for bit. Behind the ops,
+    torch.compile computes them once per forward instead of once per attention block. No
+    backward: they feed the fused attention prologue, which serves inference only.
     """
     cached = _rope_layers.get(id(kernel))
     if cached is not None:
@@ -216,11 +234,13 @@ def ltx_rope_layer(kernel: ModuleType) -> type:
     rope_tables = _kernel_function(kernel, "_rope_tables", "rope_tables")
     if rope_tables is None:
         raise ValueError(f"{kernel.__name__} has no rope_tables op (built before it was added); rebuild it.")
-    _, can_compile = op_support(kernel, ("rope_tables",))
+    rope_positions = _rope_positions(kernel)
+    ops = ("rope_tables",) + (("rope_positions",) if rope_positions is not None else ())
+    _, can_compile = op_support(kernel, ops)
 
     def forward(self, hidden_states: torch.Tensor, num_frames: Optional[int] = None, height: Optional[int] = None,
                 width: Optional[int] = None, rope_interpolation_scale: Any = None,
-                video_coords: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                video_coords: Optional[torch.Tensor] = None) -> Any:
         if video_coords is None:
             grid = self._prepare_video_coords(hidden_states.size(0), num_frames, height, width,
                                               rope_interpolation_scale=rope_interpolation_scale,
@@ -228,13 +248,23 @@ def ltx_rope_layer(kernel: ModuleType) -> type:
         else:
             grid = torch.stack([video_coords[:, 0] / self.base_num_frames, video_coords[:, 1] / self.base_height,
                                 video_coords[:, 2] / self.base_width], dim=-1)
+        if rope_positions is not None and grid.dtype == torch.float32:
+            pos, freqs = rope_positions(grid, self.dim, float(self.theta))
+            return LTXRopePositions(pos, freqs, self.dim, float(self.theta), rope_tables)
         return rope_tables(grid, self.dim, float(self.theta))
 
     layer = type("LTXVideoRotaryPosEmbed", (nn.Module,), {
         "forward": forward, "has_backward": False, "can_torch_compile": can_compile,
-        "__module__": __name__, "__doc__": "LTX-Video RoPE tables from one opaque op (computed once compiled)."})
+        "__module__": __name__, "__doc__": "LTX-Video RoPE inputs from opaque ops (computed once compiled)."})
     _rope_layers[id(kernel)] = layer
     return layer
+
+
+def _rope_positions(kernel: ModuleType) -> Optional[Callable]:
+    """The kernel's rope_positions op when it also has qk_rms_norm_rope_grid (builds before them: None)."""
+    if not hasattr(kernel, "qk_rms_norm_rope_grid"):
+        return None
+    return _kernel_function(kernel, "_rope_tables", "rope_positions")
 
 
 class KernelLTXVideoAttnProcessor:
@@ -247,13 +277,16 @@ class KernelLTXVideoAttnProcessor:
     _parallel_config = None
 
     def __init__(self, kernel: ModuleType) -> None:
-        self._qk_rms_norm_rope = kernel.qk_rms_norm_rope  # the function only: processors must deepcopy
-        self.has_backward, self.can_torch_compile = op_support(kernel, ("qk_rms_norm_rope",))
+        # The functions only: processors must deepcopy.
+        self._qk_rms_norm_rope = kernel.qk_rms_norm_rope
+        self._qk_rms_norm_rope_grid = getattr(kernel, "qk_rms_norm_rope_grid", None)
+        ops = ("qk_rms_norm_rope",) + (("qk_rms_norm_rope_grid",) if self._qk_rms_norm_rope_grid else ())
+        self.has_backward, self.can_torch_compile = op_support(kernel, ops)
 
     def __call__(self, attn: "nn.Module", hidden_states: "torch.Tensor",
                  encoder_hidden_states: Optional["torch.Tensor"] = None,
                  attention_mask: Optional["torch.Tensor"] = None,
-                 image_rotary_emb: Optional[tuple["torch.Tensor", "torch.Tensor"]] = None) -> "torch.Tensor":
+                 image_rotary_emb: Any = None) -> "torch.Tensor":
         import torch
         from diffusers.models.attention_dispatch import dispatch_attention_fn
         from diffusers.models.transformers.transformer_ltx import apply_rotary_emb
@@ -271,20 +304,27 @@ class KernelLTXVideoAttnProcessor:
         value = attn.to_v(encoder_hidden_states)
 
         norm_q, norm_k = attn.norm_q, attn.norm_k
+        positions = image_rotary_emb if isinstance(image_rotary_emb, LTXRopePositions) else None
         fused = (image_rotary_emb is not None and query.shape == key.shape
                  and norm_q.weight is not None and norm_k.weight is not None
                  and norm_q.weight.dtype == query.dtype and norm_k.weight.dtype == key.dtype
-                 and norm_q.eps == norm_k.eps and image_rotary_emb[0].dtype == torch.float32)
-        if fused:
-            cos, sin = image_rotary_emb
-            eps = norm_q.eps if norm_q.eps is not None else torch.finfo(torch.float32).eps
-            query, key = self._qk_rms_norm_rope(query, key, norm_q.weight, norm_k.weight, cos, sin, eps)
+                 and norm_q.eps == norm_k.eps)
+        eps = norm_q.eps if norm_q.eps is not None else torch.finfo(torch.float32).eps
+        if fused and positions is not None and self._qk_rms_norm_rope_grid is not None:
+            query, key = self._qk_rms_norm_rope_grid(query, key, norm_q.weight, norm_k.weight, positions.pos,
+                                                     positions.freqs, eps)
         else:
-            query = norm_q(query)
-            key = norm_k(key)
-            if image_rotary_emb is not None:
-                query = apply_rotary_emb(query, image_rotary_emb)
-                key = apply_rotary_emb(key, image_rotary_emb)
+            if positions is not None:
+                image_rotary_emb = positions.tables()
+            if fused and image_rotary_emb[0].dtype == torch.float32:
+                cos, sin = image_rotary_emb
+                query, key = self._qk_rms_norm_rope(query, key, norm_q.weight, norm_k.weight, cos, sin, eps)
+            else:
+                query = norm_q(query)
+                key = norm_k(key)
+                if image_rotary_emb is not None:
+                    query = apply_rotary_emb(query, image_rotary_emb)
+                    key = apply_rotary_emb(key, image_rotary_emb)
 
         query = query.unflatten(2, (attn.heads, -1))
         key = key.unflatten(2, (attn.heads, -1))
@@ -395,7 +435,11 @@ def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int]
     total: Counter[str] = Counter()
     for name, model in _models_of(obj):
         device_type = _device_type(obj, model, device)
-        mapping = ltx_mapping(module, device_type, unmapped)
+        model_unmapped = set(unmapped)
+        if _rope_positions(module) is not None and _custom_processors(model):
+            # Positions instead of tables would reach processors that expect (cos, sin).
+            model_unmapped.add("LTXVideoRotaryPosEmbed")
+        mapping = ltx_mapping(module, device_type, model_unmapped)
         with use_kernel_mapping(mapping):
             _kernelize_layers(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
         counts = Counter(layer.__name__ for layer in kernelized_layers(model).values())
@@ -454,6 +498,14 @@ def _swap_processors(model: "nn.Module", kernel: ModuleType, mode: Mode) -> int:
         attn.set_processor(new)
         swapped += 1
     return swapped
+
+
+def _custom_processors(model: "nn.Module") -> bool:
+    """Whether an LTXAttention of the model uses a processor other than diffusers' stock one or ours."""
+    from diffusers.models.transformers.transformer_ltx import LTXAttention, LTXVideoAttnProcessor
+
+    return any(type(m.processor) not in (LTXVideoAttnProcessor, KernelLTXVideoAttnProcessor)
+               for m in model.modules() if type(m) is LTXAttention)
 
 
 def _restore_processor(attn: "nn.Module") -> None:

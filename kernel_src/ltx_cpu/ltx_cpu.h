@@ -58,4 +58,12 @@ void qk_rms_norm_rope(void* q_out, void* k_out, const void* q, const void* k,
                       const float* sin, int64_t row_begin, int64_t row_end, int64_t dim,
                       double eps, DType dtype);
 
+// qk_rms_norm_rope with each row's cos/sin computed from pos (fp32 [rows, 3]: the token's frame,
+// height and width position) and freqs (fp32 [dim / 6], pi/2 included), as diffusers' LTX RoPE
+// computes its tables. dim is even.
+void qk_rms_norm_rope_grid(void* q_out, void* k_out, const void* q, const void* k,
+                           const void* weight_q, const void* weight_k, const float* pos,
+                           const float* freqs, int64_t row_begin, int64_t row_end, int64_t dim,
+                           double eps, DType dtype);
+
 }  // namespace ltx_cpu

@@ -1,23 +1,12 @@
 // one row per step, q row then k row: a contiguous pass sums squares in 16 fp32 lanes, a second pass
 // over (x[2i], x[2i+1]) pairs normalises, weights and rotates with the fp32 cos/sin row; no
 // rounding between the norm and the rotation.
-#include "convert.h"
+#include "norm_rope_row.h"
 
 namespace ltx_cpu {
 namespace {
 
-template <typename T>
-LTX_INLINE void norm_rope_row(T* out, const T* x, const T* weight, const float* cos,
-                              const float* sin, int64_t dim, double eps) {
-  using Acc = acc_t<T>;
-  const Acc inv = inv_rms(x, dim, eps);
-  for (int64_t i = 0; i < dim; i += 2) {
-    const Acc real = load(x[i]) * inv * load(weight[i]);
-    const Acc imag = load(x[i + 1]) * inv * load(weight[i + 1]);
-    out[i] = store<T>(real * Acc(cos[i]) - imag * Acc(sin[i]));
-    out[i + 1] = store<T>(imag * Acc(cos[i + 1]) + real * Acc(sin[i + 1]));
-  }
-}
+using detail::norm_rope_row;
 
 template <typename T>
 LTX_INLINE void qk_rms_norm_rope_rows(T* q_out, T* k_out, const T* q, const T* k,

@@ -57,4 +57,12 @@ void qk_rms_norm_rope(void* q_out, void* k_out, const void* q, const void* k,
                       const float* sin, int64_t rows, int64_t dim, float eps, DType dtype,
                       cudaStream_t stream);
 
+// qk_rms_norm_rope with the RoPE tables computed in the kernel: pos is fp32 [rows, 3] (each token's
+// frame, height and width position, as diffusers' LTX RoPE takes them), freqs fp32 [dim / 6] (its
+// per-axis frequencies, pi/2 included). dim is even.
+void qk_rms_norm_rope_grid(void* q_out, void* k_out, const void* q, const void* k,
+                           const void* weight_q, const void* weight_k, const float* pos,
+                           const float* freqs, int64_t rows, int64_t dim, float eps, DType dtype,
+                           cudaStream_t stream);
+
 }  // namespace ltx_cuda

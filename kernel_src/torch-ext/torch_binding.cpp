@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
@@ -148,8 +149,8 @@ std::tuple<at::Tensor, at::Tensor, RowStrides> modulation_rows(const at::Tensor&
 at::Tensor readable_rows(const at::Tensor& t) { return rows_readable(t) ? t : t.contiguous(); }
 
 // RoPE inputs: q and k alike, even hidden size, fp32 contiguous cos/sin of q's shape.
-void check_rope(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                const at::Tensor& sin) {
+// q and k of the RoPE ops: one shape, dtype and device, contiguous, an even hidden size.
+void check_qk(const char* op, const at::Tensor& q, const at::Tensor& k) {
   check_input(op, q, "q");
   check_input(op, k, "k");
   check_device(op, q, k, "k", "q");
@@ -159,15 +160,25 @@ void check_rope(const char* op, const at::Tensor& q, const at::Tensor& k, const 
   TORCH_CHECK(q.size(-1) % 2 == 0, "ltx_kernels.", op,
               ": the hidden size (last dimension) must be even for interleaved RoPE pairs, got ",
               q.size(-1));
-  for (const auto& [t, name] : {std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
-    check_device(op, q, *t, name, "q");
-    TORCH_CHECK(t->scalar_type() == at::kFloat, "ltx_kernels.", op, ": ", name, " has dtype ",
-                t->scalar_type(), " but RoPE tables are float32; pass ", name, ".float()");
-    TORCH_CHECK(t->sizes() == q.sizes(), "ltx_kernels.", op, ": ", name, " has shape ",
-                t->sizes(), " but q is ", q.sizes(), "; ", name, " must match q's shape");
-    TORCH_CHECK(t->is_contiguous(), "ltx_kernels.", op, ": ", name,
-                " must be contiguous; pass ", name, ".contiguous()");
-  }
+}
+
+// An fp32 tensor of the given shape on q's device, contiguous.
+void check_float_table(const char* op, const at::Tensor& q, const at::Tensor& t, const char* name,
+                       at::IntArrayRef shape, const char* what) {
+  check_device(op, q, t, name, "q");
+  TORCH_CHECK(t.scalar_type() == at::kFloat, "ltx_kernels.", op, ": ", name, " has dtype ",
+              t.scalar_type(), " but ", what, " are float32; pass ", name, ".float()");
+  TORCH_CHECK(t.sizes() == shape, "ltx_kernels.", op, ": ", name, " has shape ", t.sizes(),
+              " but must be ", shape, " (", what, " for q of shape ", q.sizes(), ")");
+  TORCH_CHECK(t.is_contiguous(), "ltx_kernels.", op, ": ", name, " must be contiguous; pass ",
+              name, ".contiguous()");
+}
+
+void check_rope(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
+                const at::Tensor& sin) {
+  check_qk(op, q, k);
+  check_float_table(op, q, cos, "cos", q.sizes(), "RoPE tables");
+  check_float_table(op, q, sin, "sin", q.sizes(), "RoPE tables");
 }
 
 // Per-op argument checks: both backends run the same ones before any work.
@@ -222,6 +233,19 @@ void check_qk_rms_norm_rope(const at::Tensor& q, const at::Tensor& k, const at::
   check_rope(op, q, k, cos, sin);
   check_weight(op, q, weight_q, "weight_q", "q");
   check_weight(op, q, weight_k, "weight_k", "q");
+}
+
+void check_qk_rms_norm_rope_grid(const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& weight_q, const at::Tensor& weight_k,
+                                 const at::Tensor& pos, const at::Tensor& freqs) {
+  constexpr const char* op = "qk_rms_norm_rope_grid";
+  check_qk(op, q, k);
+  check_weight(op, q, weight_q, "weight_q", "q");
+  check_weight(op, q, weight_k, "weight_k", "q");
+  std::vector<int64_t> pos_shape(q.sizes().begin(), q.sizes().end());
+  pos_shape.back() = 3;
+  check_float_table(op, q, pos, "pos", pos_shape, "positions (frame, height, width per token)");
+  check_float_table(op, q, freqs, "freqs", {q.size(-1) / 6}, "RoPE frequencies (hidden size / 6)");
 }
 
 int64_t rows_of(const at::Tensor& x) {
@@ -367,6 +391,24 @@ std::tuple<at::Tensor, at::Tensor> qk_rms_norm_rope_cpu(const at::Tensor& q, con
   return {q_out, k_out};
 }
 
+std::tuple<at::Tensor, at::Tensor> qk_rms_norm_rope_grid_cpu(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& weight_q,
+    const at::Tensor& weight_k, const at::Tensor& pos, const at::Tensor& freqs, double eps) {
+  check_qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs);
+  at::Tensor q_out = at::empty_like(q);
+  at::Tensor k_out = at::empty_like(k);
+  const int64_t dim = q.size(-1);
+  const auto dtype = cpu_dtype(q.scalar_type());
+  const float* p = pos.const_data_ptr<float>();
+  const float* f = freqs.const_data_ptr<float>();
+  for_rows(rows_of(q), 2 * dim, [&](int64_t begin, int64_t end) {
+    ltx_cpu::qk_rms_norm_rope_grid(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(),
+                                   weight_q.data_ptr(), weight_k.data_ptr(), p, f, begin, end, dim,
+                                   eps, dtype);
+  });
+  return {q_out, k_out};
+}
+
 #elif defined(CUDA_KERNEL)
 // ---------------------------------------------------------------------------------------------
 // CUDA: one launch per op on the current stream of x's device; nothing to do for empty inputs.
@@ -487,6 +529,23 @@ std::tuple<at::Tensor, at::Tensor> qk_rms_norm_rope_cuda(const at::Tensor& q, co
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {q_out, k_out};
 }
+
+std::tuple<at::Tensor, at::Tensor> qk_rms_norm_rope_grid_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& weight_q,
+    const at::Tensor& weight_k, const at::Tensor& pos, const at::Tensor& freqs, double eps) {
+  check_qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs);
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor q_out = at::empty_like(q);
+  at::Tensor k_out = at::empty_like(k);
+  if (q.numel() == 0) return {q_out, k_out};
+  ltx_cuda::qk_rms_norm_rope_grid(q_out.data_ptr(), k_out.data_ptr(), q.data_ptr(), k.data_ptr(),
+                                  weight_q.data_ptr(), weight_k.data_ptr(),
+                                  pos.const_data_ptr<float>(), freqs.const_data_ptr<float>(),
+                                  rows_of(q), q.size(-1), static_cast<float>(eps),
+                                  cuda_dtype(q.scalar_type()), c10::cuda::getCurrentCUDAStream());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return {q_out, k_out};
+}
 #endif
 
 }  // namespace
@@ -508,6 +567,9 @@ LTX_LIBRARY(TORCH_EXTENSION_NAME, m) {
   m.def(
       "qk_rms_norm_rope(Tensor q, Tensor k, Tensor weight_q, Tensor weight_k, Tensor cos, "
       "Tensor sin, float eps) -> (Tensor, Tensor)");
+  m.def(
+      "qk_rms_norm_rope_grid(Tensor q, Tensor k, Tensor weight_q, Tensor weight_k, Tensor pos, "
+      "Tensor freqs, float eps) -> (Tensor, Tensor)");
 }
 
 #if defined(CPU_KERNEL)
@@ -519,6 +581,7 @@ LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CPU, m) {
   m.impl("gelu_tanh", &gelu_tanh_cpu);
   m.impl("gated_residual", &gated_residual_cpu);
   m.impl("qk_rms_norm_rope", &qk_rms_norm_rope_cpu);
+  m.impl("qk_rms_norm_rope_grid", &qk_rms_norm_rope_grid_cpu);
 }
 #elif defined(CUDA_KERNEL)
 LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -529,6 +592,7 @@ LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("gelu_tanh", &gelu_tanh_cuda);
   m.impl("gated_residual", &gated_residual_cuda);
   m.impl("qk_rms_norm_rope", &qk_rms_norm_rope_cuda);
+  m.impl("qk_rms_norm_rope_grid", &qk_rms_norm_rope_grid_cuda);
 }
 #endif
 

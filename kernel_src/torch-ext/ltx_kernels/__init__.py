@@ -24,6 +24,7 @@ __all__ = [
     "gelu_tanh",
     "layers",
     "qk_rms_norm_rope",
+    "qk_rms_norm_rope_grid",
     "rms_norm",
     "rms_norm_modulate",
     "rope_interleaved_qk",
@@ -108,4 +109,24 @@ def qk_rms_norm_rope(
     :func:`rope_interleaved_qk`.
     """
     q_out, k_out = ops.qk_rms_norm_rope(q, k, weight_q, weight_k, cos, sin, float(eps))
+    return q_out, k_out
+
+
+def qk_rms_norm_rope_grid(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weight_q: torch.Tensor,
+    weight_k: torch.Tensor,
+    pos: torch.Tensor,
+    freqs: torch.Tensor,
+    eps: float = 1e-5,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`qk_rms_norm_rope` with the RoPE tables computed in the kernel instead of read.
+
+    ``pos`` is float32 [..., 3] (q's shape with 3 for the hidden size): each token's frame, height and
+    width position as diffusers' ``LTXVideoRotaryPosEmbed`` takes them; ``freqs`` is float32 [D // 6]
+    (``ltx_kernels._rope_tables.rope_positions`` makes both). Same results as ``qk_rms_norm_rope`` with ``rope_tables(pos, D, theta)``
+    while moving half the bytes: q and k only.
+    """
+    q_out, k_out = ops.qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs, float(eps))
     return q_out, k_out

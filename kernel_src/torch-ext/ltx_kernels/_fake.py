@@ -75,7 +75,7 @@ def _check_residual(op: str, x: torch.Tensor, y: torch.Tensor) -> None:
     _check_input(op, y, "y")
 
 
-def _check_rope(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+def _check_qk(op: str, q: torch.Tensor, k: torch.Tensor) -> None:
     _check_input(op, q, "q")
     _check_input(op, k, "k")
     _check_device(op, q, k, "k", "q")
@@ -84,14 +84,23 @@ def _check_rope(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
         _fail(op, f"q has shape {list(q.shape)} but k has {list(k.shape)}; q and k must have the same shape")
     if q.shape[-1] % 2 != 0:
         _fail(op, f"the hidden size (last dimension) must be even for interleaved RoPE pairs, got {q.shape[-1]}")
+
+
+def _check_float_table(op: str, q: torch.Tensor, t: torch.Tensor, name: str, shape: list[int], what: str) -> None:
+    _check_device(op, q, t, name, "q")
+    if t.dtype != torch.float32:
+        _fail(op, f"{name} has dtype {t.dtype} but {what} are float32; pass {name}.float()")
+    if list(t.shape) != list(shape):
+        _fail(op, f"{name} has shape {list(t.shape)} but must be {list(shape)} ({what} for q of shape "
+                  f"{list(q.shape)})")
+    if not t.is_contiguous():
+        _fail(op, f"{name} must be contiguous; pass {name}.contiguous()")
+
+
+def _check_rope(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    _check_qk(op, q, k)
     for t, name in ((cos, "cos"), (sin, "sin")):
-        _check_device(op, q, t, name, "q")
-        if t.dtype != torch.float32:
-            _fail(op, f"{name} has dtype {t.dtype} but RoPE tables are float32; pass {name}.float()")
-        if t.shape != q.shape:
-            _fail(op, f"{name} has shape {list(t.shape)} but q is {list(q.shape)}; {name} must match q's shape")
-        if not t.is_contiguous():
-            _fail(op, f"{name} must be contiguous; pass {name}.contiguous()")
+        _check_float_table(op, q, t, name, list(q.shape), "RoPE tables")
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm"))
@@ -162,4 +171,16 @@ def _qk_rms_norm_rope_fake(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Ten
     _check_rope(op, q, k, cos, sin)
     _check_weight(op, q, weight_q, "weight_q", "q")
     _check_weight(op, q, weight_k, "weight_k", "q")
+    return torch.empty_like(q), torch.empty_like(k)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("qk_rms_norm_rope_grid"))
+def _qk_rms_norm_rope_grid_fake(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Tensor, weight_k: torch.Tensor,
+                                pos: torch.Tensor, freqs: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    op = "qk_rms_norm_rope_grid"
+    _check_qk(op, q, k)
+    _check_weight(op, q, weight_q, "weight_q", "q")
+    _check_weight(op, q, weight_k, "weight_k", "q")
+    _check_float_table(op, q, pos, "pos", [*q.shape[:-1], 3], "positions (frame, height, width per token)")
+    _check_float_table(op, q, freqs, "freqs", [q.shape[-1] // 6], "RoPE frequencies (hidden size / 6)")
     return torch.empty_like(q), torch.empty_like(k)

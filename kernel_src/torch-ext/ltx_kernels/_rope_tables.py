@@ -1,4 +1,4 @@
-"""`rope_tables`: LTX-Video's RoPE cos/sin tables as one opaque op, so torch.compile computes them once.
+"""`rope_tables` / `rope_positions`: LTX-Video's RoPE inputs as opaque ops, so torch.compile computes them once.
 
 Diffusers builds the tables (`LTXVideoRotaryPosEmbed`) from cheap pointwise ops, which Inductor leaves
 unrealized. A custom op's tensor inputs get the strides the op saw when traced (the default layout
@@ -28,6 +28,13 @@ def _check(grid: torch.Tensor, dim: int) -> None:
         raise RuntimeError(f"ltx_kernels.rope_tables: dim must be at least 6 (one frequency per axis), got {dim}")
 
 
+def _freqs(dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """diffusers' per-axis RoPE frequencies, pi/2 included: float32 [dim // 6]."""
+    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6,
+                                    device=device, dtype=torch.float32)
+    return freqs * math.pi / 2.0
+
+
 @torch.library.custom_op(add_op_namespace_prefix("rope_tables"), mutates_args=())
 def rope_tables(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin), each [B, S, dim], of diffusers' `LTXVideoRotaryPosEmbed` for positions `grid` [B, S, 3].
@@ -37,9 +44,7 @@ def rope_tables(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tenso
     """
     _check(grid, dim)
     # The angles exactly as diffusers computes them (same ops, same order), so the tables match bit for bit.
-    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6,
-                                    device=grid.device, dtype=torch.float32)
-    freqs = freqs * math.pi / 2.0
+    freqs = _freqs(dim, theta, grid.device)
     angles = (freqs * (grid.unsqueeze(-1) * 2 - 1)).transpose(-1, -2).flatten(2)  # [B, S, 3 * (dim // 6)]
     pad = dim % 6
     tables = []
@@ -57,3 +62,22 @@ def _(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.T
     dtype = torch.promote_types(torch.float32, grid.dtype)
     shape = (grid.shape[0], grid.shape[1], dim)
     return grid.new_empty(shape, dtype=dtype), grid.new_empty(shape, dtype=dtype)
+
+
+@torch.library.custom_op(add_op_namespace_prefix("rope_positions"), mutates_args=())
+def rope_positions(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pos, freqs) for `qk_rms_norm_rope_grid`: grid [B, S, 3] as a contiguous float32 copy, and the
+    float32 [dim // 6] frequencies of `rope_tables`. Both are tiny; being an opaque op's outputs, they
+    are computed once per compiled forward and read by every block.
+    """
+    _check(grid, dim)
+    if grid.dtype != torch.float32:
+        raise RuntimeError(f"ltx_kernels.rope_positions: grid must be float32 (diffusers computes float32 "
+                           f"angles from it), got {grid.dtype}")
+    return grid.contiguous().clone(), _freqs(dim, theta, grid.device)
+
+
+@rope_positions.register_fake
+def _(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(grid, dim)
+    return grid.new_empty(grid.shape, dtype=torch.float32), grid.new_empty((dim // 6,), dtype=torch.float32)
