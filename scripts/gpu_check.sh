@@ -2,7 +2,7 @@
 # The GPU run (NVIDIA H200 via the device machine): build the CUDA variant with our builder, run the GPU
 # correctness suite, compute-sanitizer memcheck on every op, and the op benchmarks. Logs land in $OUT.
 # Usage on the GPU machine, from the repo root:  OUT=/tmp/out bash scripts/gpu_check.sh [steps...]
-# steps: build tests memcheck bench sweep modsweep e2e profile timeline (default: build tests memcheck bench)
+# steps: build tests memcheck bench sweep modexp e2e profile timeline (default: build tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/hubkernels-gpu}
 mkdir -p "$OUT"
@@ -23,12 +23,13 @@ for step in $steps; do
     memcheck) compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
                 python3 scripts/sanitize_ops.py > "$OUT/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -15 "$OUT/memcheck.log" ;;
     bench)    python3 -m hubkernels bench --output "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
-    e2e)      python3 scripts/ltx_e2e.py --cuda-graphs --output "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30 ;;
+    e2e)      nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 200 \
+                > "$OUT/clocks_e2e.csv" 2>/dev/null & smi=$!
+              python3 scripts/ltx_e2e.py --cuda-graphs --warmup 5 --iters 20 --output "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30
+              kill $smi ;;
     sweep)    for g in 32 64 128 256; do echo "LTX_ROW_GROUP=$g"; LTX_ROW_GROUP=$g python3 -m hubkernels bench \
                 --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
-    modsweep) for g in 64 128; do for v in default early b8 b10; do echo "LTX_ROW_GROUP=$g LTX_MODULATE=$v"; LTX_ROW_GROUP=$g \
-                LTX_MODULATE=$v python3 -m hubkernels bench --ops rms_norm_modulate rms_norm --no-compile 2>&1 | grep " ours "; \
-                done; done | tee "$OUT/modsweep.log" ;;
+    modexp)   (cd scripts/exp_modulate && bash build.sh > "$OUT/modexp_build.log" 2>&1 && ./bench) 2>&1 | tee "$OUT/modexp.log" | tail -30 ;;
     timeline) python3 scripts/ltx_timeline.py --graph 2>&1 | tee "$OUT/timeline.log" | grep -v Warning | tail -60 ;;
     profile)  python3 scripts/ltx_profile.py --compile 2>&1 | tee "$OUT/profile.log" | tail -40 ;;
   esac

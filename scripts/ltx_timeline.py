@@ -170,7 +170,7 @@ def main() -> None:
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
-            sampler = sample_clocks(out / f"clocks_{mode}.csv")
+            sampler = sample_clocks(out / f"clocks_{mode.replace('+', '_')}.csv")
             times = timed(fn, args.iters)
             sampler.terminate()
             entry = {"wall_median_ms": statistics.median(times), "wall_min_ms": min(times),

@@ -13,7 +13,7 @@ using detail::norm_rope_row;
 // diffusers' LTXVideoRotaryPosEmbed for one token: column c >= pad (dim % 6) belongs to pair
 // m = (c - pad) / 2, frequency f = m / 3 of axis m % 3, angle freqs[f] * (2 * pos[axis] - 1)
 // in fp32 as there; padding columns get cos 1, sin 0.
-inline void rope_row(float* cos, float* sin, const float* pos, const float* freqs, int64_t dim) {
+LTX_INLINE void rope_row(float* cos, float* sin, const float* pos, const float* freqs, int64_t dim) {
   const int64_t pad = dim % 6;
   for (int64_t c = 0; c < pad; ++c) {
     cos[c] = 1.0f;

@@ -1,6 +1,6 @@
 // The cases: every launcher of ltx_cuda.h on the CPU emulation (emu.h) against float64 references.
 //
-//   cuda-emu [SUITE ...]   suites: rms mod addmod gated gelu rope qk empty rowgroup (default: all
+//   cuda-emu [SUITE ...]   suites: rms mod addmod gated gelu rope qk qkgrid empty rowgroup (default: all
 //                          but rowgroup, which holds the rows whose launch shape LTX_ROW_GROUP
 //                          picks), or one of fault-misaligned / -overflow / -deadlock / -race,
 //                          kernels with a bug that the emulation must report
@@ -411,6 +411,55 @@ static void check_qk(DType dt, int64_t rows, int64_t dim, int off = 0) {
   compare("qk_rms_norm_rope k " + tag, ko, rk);
 }
 
+// qk_rms_norm_rope_grid: positions in [-1, 2) and diffusers' frequencies; the reference rounds the
+// angles in fp32 as the kernel (and diffusers) do, then takes cos/sin in float64.
+static void check_qk_grid(DType dt, int64_t rows, int64_t dim, int off = 0) {
+  const int64_t nf = dim / 6, pad = dim % 6;
+  Buf q(dt, rows * dim, off), k(dt, rows * dim), wq(dt, dim), wk(dt, dim), qo(dt, rows * dim),
+      ko(dt, rows * dim), pos(DType::F32, rows * 3), freqs(DType::F32, nf);
+  q.randn();
+  k.randn(2.0f);
+  wq.randn();
+  wk.randn();
+  std::uniform_real_distribution<float> u(-1.0f, 2.0f);
+  for (int64_t i = 0; i < rows * 3; ++i) pos.f32()[i] = u(rng);
+  for (int64_t f = 0; f < nf; ++f)
+    freqs.f32()[f] = static_cast<float>(std::pow(10000.0, nf > 1 ? double(f) / (nf - 1) : 0.0) * M_PI / 2);
+  pos.saved.assign(static_cast<unsigned char*>(pos.p), static_cast<unsigned char*>(pos.p) + pos.bytes());
+  freqs.saved.assign(static_cast<unsigned char*>(freqs.p), static_cast<unsigned char*>(freqs.p) + freqs.bytes());
+  qo.poison();
+  ko.poison();
+  const std::string tag =
+      std::string(dname(dt)) + " rows=" + to_string(rows) + " dim=" + to_string(dim) + " off=" + to_string(off);
+  begin(std::string("qk_rms_norm_rope_grid ") + tag);
+  qk_rms_norm_rope_grid(qo.p, ko.p, q.p, k.p, wq.p, wk.p, pos.f32(), freqs.f32(), rows, dim, 1e-5f, dt,
+                        nullptr);
+  std::vector<double> rq, rk;
+  std::vector<float> c(dim), s(dim);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < dim; i += 2) {
+      double cv = 1.0, sv = 0.0;
+      if (i >= pad) {
+        const int64_t m = (i - pad) / 2;
+        const float signed_pos = pos.f32()[r * 3 + m % 3] * 2.0f - 1.0f;
+        const float angle = freqs.f32()[m / 3] * signed_pos;
+        cv = std::cos(double(angle));
+        sv = std::sin(double(angle));
+      }
+      c[i] = c[i + 1] = static_cast<float>(cv);
+      s[i] = s[i + 1] = static_cast<float>(sv);
+    }
+    auto a = ref_norm_row(q, r, dim, 1e-5, &wq);
+    ref_rope(a, c.data(), s.data());
+    rq.insert(rq.end(), a.begin(), a.end());
+    auto b = ref_norm_row(k, r, dim, 1e-5, &wk);
+    ref_rope(b, c.data(), s.data());
+    rk.insert(rk.end(), b.begin(), b.end());
+  }
+  compare("qk_rms_norm_rope_grid q " + tag, qo, rq, {&q, &k, &wq, &wk, &pos, &freqs});
+  compare("qk_rms_norm_rope_grid k " + tag, ko, rk);
+}
+
 // ---- suites -----------------------------------------------------------------------------------
 
 static const DType kDtypes[] = {DType::F32, DType::F16, DType::BF16};
@@ -503,6 +552,16 @@ static void suite_qk() {
   check_qk(DType::BF16, 67, 2048);  // LTX-Video: 2048 wide, many blocks
 }
 
+static void suite_qkgrid() {
+  for (DType dt : kDtypes) {
+    for (int64_t v : kRowVecs) check_qk_grid(dt, v == 128 ? 5 : 3, v * pack(dt));
+    for (int64_t dim : {2, 6, 14, 18, 2046, 2054, 6000 + 2}) check_qk_grid(dt, 3, dim);
+    check_qk_grid(dt, 3, 2048, 1);
+    check_qk_grid(dt, 2, 4096, 1);
+  }
+  check_qk_grid(DType::BF16, 67, 2048);  // LTX-Video: 2048 wide, many blocks
+}
+
 // Empty tensors (no rows, zero width): no launch at all, as a zero-size grid is a launch error.
 static void suite_empty() {
   for (DType dt : kDtypes) {
@@ -515,6 +574,7 @@ static void suite_empty() {
       check_add_modulate(dt, rows ? 1 : 0, rows, dim, 0, 0, true);
       check_rope(dt, rows, dim);
       check_qk(dt, rows, dim);
+      check_qk_grid(dt, rows, dim);
     }
     check_gelu(dt, 0);
   }
@@ -582,11 +642,12 @@ static void fault(const std::string& name) {
 int main(int argc, char** argv) {
   const std::map<std::string, void (*)()> suites = {
       {"rms", suite_rms},   {"mod", suite_mod}, {"addmod", suite_addmod}, {"gated", suite_gated},
-      {"gelu", suite_gelu}, {"rope", suite_rope}, {"qk", suite_qk},       {"empty", suite_empty},
+      {"gelu", suite_gelu}, {"rope", suite_rope}, {"qk", suite_qk},       {"qkgrid", suite_qkgrid},
+      {"empty", suite_empty},
       {"rowgroup", suite_rowgroup},
   };
   std::vector<std::string> run(argv + 1, argv + argc);
-  if (run.empty()) run = {"rms", "mod", "addmod", "gated", "gelu", "rope", "qk", "empty"};
+  if (run.empty()) run = {"rms", "mod", "addmod", "gated", "gelu", "rope", "qk", "qkgrid", "empty"};
   for (const auto& name : run) {
     if (name.rfind("fault-", 0) == 0) {
       fault(name);

@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=HERE.parent.parent)
     parser.add_argument("--cache", type=Path, default=None,
                         help="where objects and the binary are kept (default: REPO/_build/cuda_emu)")
-    parser.add_argument("suites", nargs="*", help="rms mod addmod gated gelu rope qk empty rowgroup (default: all)")
+    parser.add_argument("suites", nargs="*", help="rms mod addmod gated gelu rope qk qkgrid empty rowgroup (default: all)")
     args = parser.parse_args(argv)
     repo = args.repo.resolve()
     tc = find_toolchain()
