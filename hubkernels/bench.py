@@ -101,8 +101,8 @@ def eager_rope_tables(pos: torch.Tensor, freqs: torch.Tensor, dim: int) -> tuple
     cos, sin = angles.cos().repeat_interleave(2, dim=-1), angles.sin().repeat_interleave(2, dim=-1)
     pad = dim % 6
     if pad:
-        cos = torch.cat([torch.ones_like(cos[..., :pad]), cos], dim=-1)
-        sin = torch.cat([torch.zeros_like(sin[..., :pad]), sin], dim=-1)
+        ones = torch.ones(*cos.shape[:-1], pad, dtype=cos.dtype, device=cos.device)
+        cos, sin = torch.cat([ones, cos], dim=-1), torch.cat([ones * 0, sin], dim=-1)
     return cos, sin
 
 

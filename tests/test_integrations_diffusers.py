@@ -58,14 +58,20 @@ def test_the_kernels_run_where_expected(ltx):
     with torch.no_grad():
         calls = op_calls(lambda: model(**inputs))
     assert calls == {
-        "rms_norm_modulate": LAYERS,  # norm1 + AdaLN, inside the block forward
-        "add_rms_norm_modulate": LAYERS,  # cross-attention residual, then norm2 + AdaLN
-        "gated_residual": 2 * LAYERS,  # attn1 and feed-forward residuals
+        "rms_norm_modulate": 1,  # the first block's norm1 + AdaLN
+        # cross-attention residual + norm2 AdaLN in every block; feed-forward residual + the next
+        # block's norm1 AdaLN between blocks
+        "add_rms_norm_modulate": LAYERS + LAYERS - 1,
+        "gated_residual": LAYERS + 1,  # attn1 residuals, and the last block's feed-forward residual
         "qk_rms_norm_rope_grid": LAYERS,  # self-attention prologue (with RoPE computed in the kernel)
         "rms_norm": 2 * LAYERS,  # cross-attention q/k norms (no RoPE), as kernelized torch.nn.RMSNorm
         "gelu_tanh": LAYERS + 1,  # feed-forwards + caption projection
         "rope_positions": 1,  # the RoPE positions and frequencies, once per forward
     }
+    # The hand-over between blocks is consumed within the forward: nothing stays on the blocks.
+    assert all(getattr(b, "_hubkernels_pending_adaln", None) is None for b in model.transformer_blocks)
+    hd.unkernelize(model)
+    assert not any("_hubkernels_next_block" in vars(b) for b in model.transformer_blocks)
 
 
 def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
@@ -82,8 +88,8 @@ def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
         calls = op_calls(lambda: compiled(**inputs))
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["rms_norm_modulate"] == LAYERS  # still our kernels
-    assert calls["add_rms_norm_modulate"] == LAYERS and "residual_add" not in calls  # the residual, fused
+    assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["rms_norm_modulate"] == 1  # still our kernels
+    assert calls["add_rms_norm_modulate"] == 2 * LAYERS - 1 and "residual_add" not in calls  # residuals, fused
     assert calls["rope_positions"] == 1  # positions and frequencies once
 
 
@@ -351,6 +357,6 @@ def test_kernelized_ltx_on_cuda_matches_diffusers_eager_and_compiled(ltx, dtype,
         eager = model(**inputs)[0].float()
         torch._dynamo.reset()
         compiled = torch.compile(model, fullgraph=True)(**inputs)[0].float()
-    assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["gated_residual"] == 2 * LAYERS
+    assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["gated_residual"] == LAYERS + 1
     torch.testing.assert_close(eager, ref, **tol)
     torch.testing.assert_close(compiled, ref, **tol)

@@ -129,6 +129,12 @@ class KernelModuleLayer:
 
 _block_layers: dict[int, type] = {}
 
+# Kernelized LTX blocks hand the next block its AdaLN output: kernelize links each block to the one
+# after it (a plain attribute, not a submodule), and a block leaves (hidden_states, temb, normalised)
+# on the next one, which uses it only for that very hidden_states and temb, and clears it.
+_NEXT_BLOCK = "_hubkernels_next_block"
+_PENDING = "_hubkernels_pending_adaln"
+
 
 def ltx_block_layer(kernel: ModuleType) -> type:
     """`LTXVideoTransformerBlock.forward` with AdaLN (`rms_norm_modulate`) and the gated residuals
@@ -172,7 +178,13 @@ def ltx_block_layer(kernel: ModuleType) -> type:
         w1 = None if self.norm1.weight is None else self.norm1.weight.to(dtype)
         w2 = None if self.norm2.weight is None else self.norm2.weight.to(dtype)
 
-        norm_hidden_states = rms_norm_modulate(hidden_states, scale_msa, shift_msa, w1, self.norm1.eps)
+        pending = getattr(self, _PENDING, None)
+        if pending is not None:
+            setattr(self, _PENDING, None)
+        if pending is not None and pending[0] is hidden_states and pending[1] is temb:
+            norm_hidden_states = pending[2]  # the previous block's fused residual + this AdaLN
+        else:
+            norm_hidden_states = rms_norm_modulate(hidden_states, scale_msa, shift_msa, w1, self.norm1.eps)
         attn_hidden_states = self.attn1(hidden_states=norm_hidden_states, encoder_hidden_states=None,
                                         image_rotary_emb=image_rotary_emb)
         hidden_states = gated_residual(hidden_states, attn_hidden_states, gate_msa)
@@ -187,6 +199,23 @@ def ltx_block_layer(kernel: ModuleType) -> type:
             hidden_states = add(hidden_states, attn_hidden_states)
             norm_hidden_states = rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, self.norm2.eps)
         ff_output = self.ff(norm_hidden_states)
+        following = getattr(self, _NEXT_BLOCK, None)
+        if (following is not None and add_rms_norm_modulate is not None and type(following) is type(self)
+                and getattr(following.forward, "__func__", None) is forward
+                and ff_output.shape == hidden_states.shape and ff_output.dtype == dtype
+                and ff_output.is_contiguous()):
+            # The feed-forward's gated residual and the following block's AdaLN in one pass: that block
+            # takes its normalised input from here when it gets exactly this hidden_states and temb.
+            table = following.scale_shift_table
+            ada = table[None, None, :2].to(device=temb.device) + temb.reshape(
+                batch_size, temb.size(1), table.shape[0], -1)[:, :, :2]
+            shift_next, scale_next = ada.to(dtype).unbind(dim=2)
+            norm = following.norm1
+            hidden_states, norm_next = add_rms_norm_modulate(
+                hidden_states, ff_output, scale_next, shift_next, gate_mlp,
+                None if norm.weight is None else norm.weight.to(dtype), norm.eps)
+            setattr(following, _PENDING, (hidden_states, temb, norm_next))
+            return hidden_states
         return gated_residual(hidden_states, ff_output, gate_mlp)
 
     layer = type("LTXVideoTransformerBlock", (nn.Module,), {
@@ -442,6 +471,7 @@ def kernelize(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int]
         mapping = ltx_mapping(module, device_type, model_unmapped)
         with use_kernel_mapping(mapping):
             _kernelize_layers(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
+        _link_blocks(model)
         counts = Counter(layer.__name__ for layer in kernelized_layers(model).values())
         if "LTXVideoAttnProcessor" not in exclude and hasattr(module, "qk_rms_norm_rope"):
             counts["LTXVideoAttnProcessor"] += _swap_processors(model, module, mode)
@@ -461,10 +491,28 @@ def unkernelize(obj: Any) -> Any:
     for _, model in _models_of(obj):
         for module in model.modules():
             restore_forward(module)
+            module.__dict__.pop(_NEXT_BLOCK, None)
+            module.__dict__.pop(_PENDING, None)
         _restore_processors(model)
         _set_report(model, {})
     _set_report(obj, {})
     return obj
+
+
+def _link_blocks(model: "nn.Module") -> None:
+    """Point each LTX block at the one after it in its ModuleList (for the cross-block AdaLN fusion).
+    Stored in __dict__, so the link is no submodule: state_dict, .to() and module traversal ignore it."""
+    from torch import nn
+    from diffusers.models.transformers.transformer_ltx import LTXVideoTransformerBlock
+
+    for blocks in model.modules():
+        if not isinstance(blocks, nn.ModuleList):
+            continue
+        for block, following in zip(blocks, list(blocks)[1:] + [None]):
+            if type(block) is LTXVideoTransformerBlock:
+                linked = following if type(following) is LTXVideoTransformerBlock else None
+                block.__dict__[_NEXT_BLOCK] = linked
+                block.__dict__.pop(_PENDING, None)
 
 
 def _swap_processors(model: "nn.Module", kernel: ModuleType, mode: Mode) -> int:

@@ -1,7 +1,8 @@
 // qk_rms_norm_rope_grid: qk_rms_norm_rope's row shape (q and k rows in registers, read once,
 // written once) with the RoPE angles computed in the kernel from the token's (frame, height,
 // width) position: no cos/sin tables, so q and k are all the bytes it moves (half of
-// qk_rms_norm_rope's). Positions and frequencies are L1 hits.
+// qk_rms_norm_rope's). Positions and frequencies are L1 hits; the angles' sin/cos is the ALU work
+// that the launch shape hides behind the loads of x.
 #include "rope.cuh"
 #include "row_norm.cuh"
 
@@ -14,10 +15,26 @@ using namespace detail;
 // belongs to pair m = (c - pad) / 2, frequency f = m / 3 of axis m % 3, at the angle
 // freqs[f] * (2 * pos[axis] - 1): diffusers' LTXVideoRotaryPosEmbed, each step rounded as there.
 // Columns below pad (dim % 6) are its padding: cos 1, sin 0.
-template <class T>
+// sin and cos of x for |x| up to ~1e5: one Cody-Waite step to [-pi, pi] (k * 2pi_hi exact inside
+// the FMA), then the hardware approximation (absolute error below 5e-7 in all): for 16-bit outputs,
+// whose own rounding is 1e3 times coarser.
+__device__ __forceinline__ void sincos_fast(float x, float* s, float* c) {
+  const float k = rintf(x * 0.15915494309189535f);
+  float r = fmaf(-k, 6.28318548202514648f, x);
+  r = fmaf(-k, -1.7484555314695172e-07f, r);
+  __sincosf(r, s, c);
+}
+
+// The angles are ALU work: they are computed while x is in flight (kPrefetch: before the reduction),
+// and LTX-Video's width runs 256 threads with one vector of q and of k each (~60 registers), so more
+// warps hide it. H200, bf16 [2,6144,2048] (2026-11-30 sweep, us): this 67.1; 128 threads x 2
+// vectors 83.1, with the angles early 81.4, with fast trig 76.0 / early 72.6; 256 x 1 with precise
+// trig 88.1 / early 73.8, fast trig late 79.5. The table op (200 MB more to read) takes 93.3.
+template <class T, bool kFast>
 struct QkNormRopeGridEpilogue {
   static constexpr int kNarrow = 2;         // the fallback path still moves whole pairs
-  static constexpr bool kPrefetch = false;  // weights, positions and freqs are L1/L2 hits
+  static constexpr bool kPrefetch = true;   // weights, positions, freqs: L1 hits; the rest is ALU
+  static constexpr int kPairGroup = 256;
   T* q_out;
   T* k_out;
   const T* weight_q;
@@ -55,7 +72,11 @@ struct QkNormRopeGridEpilogue {
         const int m = static_cast<int>((col - pad) >> 1);
         const int f = m / 3;
         const float p = rp.pos[m - 3 * f];
-        sincosf(__fmul_rn(freqs[f], __fsub_rn(__fmul_rn(p, 2.0f), 1.0f)), &s, &c);
+        const float angle = __fmul_rn(freqs[f], __fsub_rn(__fmul_rn(p, 2.0f), 1.0f));
+        if constexpr (kFast)
+          sincos_fast(angle, &s, &c);
+        else
+          sincosf(angle, &s, &c);
       }
       a.cos[i] = a.cos[i + 1] = c;
       a.sin[i] = a.sin[i + 1] = s;
@@ -86,14 +107,15 @@ void qk_rms_norm_rope_grid(void* q_out, void* k_out, const void* q, const void* 
                            cudaStream_t stream) {
   dispatch_dtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const QkNormRopeGridEpilogue<T> ep{static_cast<T*>(q_out),
-                                       static_cast<T*>(k_out),
-                                       static_cast<const T*>(weight_q),
-                                       static_cast<const T*>(weight_k),
-                                       pos,
-                                       freqs,
-                                       dim,
-                                       static_cast<int>(dim % 6)};
+    constexpr bool kFast = sizeof(T) == 2;  // fp32 outputs keep the full-precision sincosf
+    const QkNormRopeGridEpilogue<T, kFast> ep{static_cast<T*>(q_out),
+                                              static_cast<T*>(k_out),
+                                              static_cast<const T*>(weight_q),
+                                              static_cast<const T*>(weight_k),
+                                              pos,
+                                              freqs,
+                                              dim,
+                                              static_cast<int>(dim % 6)};
     const bool wide =
         dim % kPack<T> == 0 && aligned16({q_out, k_out, q, k, weight_q, weight_k});
     const RowInputs<T, 2> in{{static_cast<const T*>(q), static_cast<const T*>(k)}};

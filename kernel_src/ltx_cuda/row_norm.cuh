@@ -81,13 +81,39 @@ template <class Ep>
 struct MinBlocks<Ep, std::void_t<decltype(Ep::kMinBlocks)>> {
   static constexpr int value = Ep::kMinBlocks;
 };
+// For shapes of up to 4 vectors a thread (more would spill under the cap).
+template <class Ep, int kVecs>
+constexpr int min_blocks() {
+  return kVecs <= 4 ? MinBlocks<Ep>::value : 1;
+}
+
+// Threads per row for two-tensor rows (K = 2) of 129..256 16-byte chunks: Ep::kPairGroup when the
+// epilogue declares it (128 or 256), else 128 (2 vectors of q and of k a thread).
+template <class Ep, class = void>
+struct PairGroup {
+  static constexpr int value = 128;
+};
+template <class Ep>
+struct PairGroup<Ep, std::void_t<decltype(Ep::kPairGroup)>> {
+  static constexpr int value = Ep::kPairGroup;
+};
+
+// Whether the resident kernel loads x with Vec::load_stream (Ep::kStreamX), else Vec::load.
+template <class Ep, class = void>
+struct StreamX {
+  static constexpr bool value = false;
+};
+template <class Ep>
+struct StreamX<Ep, std::void_t<decltype(Ep::kStreamX)>> {
+  static constexpr bool value = Ep::kStreamX;
+};
 
 // Register-resident: thread `lane` of the row's group holds chunks lane, lane + kGroup, ...
 // (kVecs of them, W elements each) of every tensor from the load to the write, so x is read once.
 // A warp's loads of one chunk index cover 32 * W consecutive elements (fully coalesced).
 // One row per group and no grid-stride loop: nothing is kept live across rows.
 template <class T, int W, int kGroup, int kVecs, int K, class Ep>
-__global__ void __launch_bounds__(block_threads(kGroup), MinBlocks<Ep>::value)
+__global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>()))
     row_norm_resident_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
   constexpr int kRows = rows_per_block(kGroup);
   constexpr int kStride = kGroup * W;  // columns between a thread's consecutive chunks
@@ -112,10 +138,12 @@ __global__ void __launch_bounds__(block_threads(kGroup), MinBlocks<Ep>::value)
     const T* xr = in.x[k] + row * dim + col0;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
-      if (j < n)
-        x[k][j].load(xr + j * kStride);
-      else
+      if (j >= n)
         x[k][j].zero();
+      else if constexpr (StreamX<Ep>::value)
+        x[k][j].load_stream(xr + j * kStride);
+      else
+        x[k][j].load(xr + j * kStride);
     }
   }
   if constexpr (kHasResidual<Ep>) {
@@ -304,7 +332,9 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 32) return launch_resident<T, W, 32, 1>(in, ep, rows, dim, eps, stream);
     if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 128) return launch_resident<T, W, 64, 2>(in, ep, rows, dim, eps, stream);
-    if (chunks <= 256) return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
+    constexpr int kPair = PairGroup<Ep>::value;
+    static_assert(kPair == 128 || kPair == 256, "129..256 chunks: 128 or 256 threads per row");
+    if (chunks <= 256) return launch_resident<T, W, kPair, 256 / kPair, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 512) return launch_resident<T, W, 256, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 1024) return launch_resident<T, W, 512, 2>(in, ep, rows, dim, eps, stream);
   }

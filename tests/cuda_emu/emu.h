@@ -259,6 +259,16 @@ inline T __ldg(const T* p) {
   return *p;
 }
 
+// Cache-hinted loads and stores (ld.global.cg, st.global.cs) are plain accesses here.
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+template <class T>
+inline void __stcs(T* p, T v) {
+  *p = v;
+}
+
 // Fast-math intrinsics: exact here, within a few ulp on the GPU.
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
@@ -267,6 +277,7 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
+inline void __sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
 inline float __saturatef(float x) { return std::isnan(x) ? 0.0f : std::fmin(std::fmax(x, 0.0f), 1.0f); }
 using std::max;
 using std::min;
