@@ -2,7 +2,7 @@
 # The GPU run (NVIDIA H200 via the device machine): build the CUDA variant with our builder, run the GPU
 # correctness suite, compute-sanitizer memcheck on every op, and the op benchmarks. Logs land in $OUT.
 # Usage on the GPU machine, from the repo root:  OUT=/tmp/out bash scripts/gpu_check.sh [steps...]
-# steps: build tests memcheck bench sweep gridsweep modexp e2e profile timeline (default: build tests memcheck bench)
+# steps: build tests memcheck bench sweep modexp e2e profile timeline (default: build tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/hubkernels-gpu}
 mkdir -p "$OUT"
@@ -29,10 +29,6 @@ for step in $steps; do
               kill $smi ;;
     sweep)    for g in 32 64 128 256; do echo "LTX_ROW_GROUP=$g"; LTX_ROW_GROUP=$g python3 -m hubkernels bench \
                 --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
-    gridsweep) for v in default early g256 g256e fast fastearly g256f g256fe; do
-                echo "$v $(LTX_QKGRID=$v python3 -m hubkernels bench --ops qk_rms_norm_rope_grid --no-compile 2>&1 \
-                  | awk '$2 == "ours" {print $3}')"; done | tee "$OUT/gridsweep.log"
-              export LTX_QKGRID=$(sort -k2 -g "$OUT/gridsweep.log" | head -1 | cut -d' ' -f1); echo "LTX_QKGRID=$LTX_QKGRID" ;;
     modexp)   (cd scripts/exp_modulate && bash build.sh > "$OUT/modexp_build.log" 2>&1 && ./bench) 2>&1 | tee "$OUT/modexp.log" | tail -30 ;;
     timeline) python3 scripts/ltx_timeline.py --graph 2>&1 | tee "$OUT/timeline.log" | grep -v Warning | tail -60 ;;
     profile)  python3 scripts/ltx_profile.py --compile 2>&1 | tee "$OUT/profile.log" | tail -40 ;;
