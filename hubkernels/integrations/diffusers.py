@@ -10,7 +10,7 @@ but not attributes or eps). What gets replaced, by kind (the kernel layer or op 
 | `TorchRMSNorm` | `torch.nn.RMSNorm` (LTX: attention q/k norms across heads, with weight) | `layers.TorchRMSNorm` |
 | `DiffusersGELU` | `diffusers.models.activations.GELU(approximate="tanh")` (the feed-forward's proj + GELU) | `layers.DiffusersGELU` |
 | `GeluTanh` | `torch.nn.GELU(approximate="tanh")` (LTX: caption projection) | `layers.GeluTanh` |
-| `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, gated residuals as `gated_residual`, the cross-attention residual and the feed-forward's AdaLN as one `add_rms_norm_modulate` | built from the ops |
+| `LTXVideoTransformerBlock` | the block forward: AdaLN as `rms_norm_modulate`, gated residuals as `gated_residual`, the cross-attention residual and the feed-forward's AdaLN as one `add_rms_norm_modulate`, and the feed-forward's gated residual with the next block's AdaLN as another | built from the ops |
 | `LTXVideoAttnProcessor` | `LTXAttention` processor: q/k RMSNorm + RoPE as one `qk_rms_norm_rope_grid` (angles computed in the kernel; `qk_rms_norm_rope` reading tables on older builds) when RoPE is given | built from the ops |
 | `LTXVideoRotaryPosEmbed` | the RoPE inputs (with `LTXVideoAttnProcessor`, for its prologue): token positions, or the cos/sin tables for builds without `qk_rms_norm_rope_grid` | `rope_positions` / `rope_tables` |
 
@@ -140,8 +140,9 @@ def ltx_block_layer(kernel: ModuleType) -> type:
     """`LTXVideoTransformerBlock.forward` with AdaLN (`rms_norm_modulate`) and the gated residuals
     (`gated_residual`) as kernels, and the cross-attention residual fused into the next AdaLN
     (`add_rms_norm_modulate`: x and y read once, h and its normalisation written once). Builds without
-    that op add separately, under torch.compile as ATen's add (`residual_add`). A stateless layer for
-    kernelize, one class per kernel module."""
+    that op add separately, under torch.compile as ATen's add (`residual_add`). With the op, a block
+    linked to a following kernelized block (see `_link_blocks`) also fuses its feed-forward residual
+    with that block's AdaLN and hands the result over. One layer class per kernel module."""
     cached = _block_layers.get(id(kernel))
     if cached is not None:
         return cached

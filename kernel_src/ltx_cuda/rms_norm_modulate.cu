@@ -13,12 +13,6 @@ template <class T, bool kWeight>
 struct ModulateEpilogue {
   static constexpr int kNarrow = 1;
   static constexpr bool kPrefetch = false;  // [B,1,D] scale/shift rows are L1/L2 hits
-  // x skips L1 and y is stored evict-first, so the scale/shift rows stay in L1, and registers are
-  // capped at 8 blocks of 128 threads per SM (the compiler otherwise unpacks x early: 72 registers,
-  // 7 blocks). H200, bf16 [2,6144,2048] (scripts/exp_modulate, 2026-11-30): 27.4 us vs 29.5. With
-  // a weight the cap would spill (sm_90, bf16, 4 vectors): left to the compiler.
-  static constexpr bool kStreamX = true;
-  static constexpr int kMinBlocks = kWeight ? 1 : 8;
   T* out;
   const T* scale;
   const T* shift;
@@ -57,7 +51,7 @@ struct ModulateEpilogue {
       if constexpr (kWeight) n *= a.w.f(i);
       y.set(i, fmaf(n, 1.0f + a.scale.f(i), a.shift.f(i)));
     }
-    y.store_stream(rp.out + off);
+    y.store(rp.out + off);
   }
 };
 

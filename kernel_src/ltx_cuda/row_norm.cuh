@@ -1,7 +1,7 @@
 // row_norm.cuh: the skeleton of the row ops (rms_norm, rms_norm_modulate, add_rms_norm_modulate,
-// qk_rms_norm_rope). A group of threads owns one row of K tensors (K = 2: q and k share the row
-// index and cos/sin), sums x^2 in fp32, and hands x * rsqrt(mean(x^2) + eps) to the op's epilogue,
-// which applies weight / modulation / RoPE and writes.
+// qk_rms_norm_rope, qk_rms_norm_rope_grid). A group of threads owns one row of K tensors (K = 2: q
+// and k share the row index and the RoPE angles), sums x^2 in fp32, and hands
+// x * rsqrt(mean(x^2) + eps) to the op's epilogue, which applies weight / modulation / RoPE and writes.
 //
 // Epilogue contract (rms_norm.cu has the smallest one):
 //   struct Ep {
@@ -17,6 +17,10 @@
 // v holds the normalised fp32 values of columns [col0 + off, col0 + off + W) of the row, one array
 // per tensor. In the resident kernel `off` is a compile-time constant, so each access is one base
 // register plus an immediate offset.
+//
+// Optional launch shape (K = 2): `static constexpr int kPairGroup = 256;` runs rows of 129..256
+// chunks with 256 threads x 1 vector instead of 128 x 2 (qk_rms_norm_rope_grid, whose epilogue is
+// ALU work that more warps hide).
 //
 // Optional residual prologue (K = 1; add_rms_norm_modulate.cu): the row that is normalised is
 // h = x + y (* gate), which the op also returns. An epilogue opts in with kResidual = true (the
@@ -71,22 +75,6 @@ struct HasResidual<Ep, std::void_t<decltype(Ep::kResidual)>> : std::bool_constan
 template <class Ep>
 inline constexpr bool kHasResidual = HasResidual<Ep>::value;
 
-// Blocks per SM the resident kernel's registers must allow (__launch_bounds__'s second argument):
-// Ep::kMinBlocks when the epilogue declares it, else 1 (the compiler's choice).
-template <class Ep, class = void>
-struct MinBlocks {
-  static constexpr int value = 1;
-};
-template <class Ep>
-struct MinBlocks<Ep, std::void_t<decltype(Ep::kMinBlocks)>> {
-  static constexpr int value = Ep::kMinBlocks;
-};
-// For shapes of up to 4 vectors a thread (more would spill under the cap).
-template <class Ep, int kVecs>
-constexpr int min_blocks() {
-  return kVecs <= 4 ? MinBlocks<Ep>::value : 1;
-}
-
 // Threads per row for two-tensor rows (K = 2) of 129..256 16-byte chunks: Ep::kPairGroup when the
 // epilogue declares it (128 or 256), else 128 (2 vectors of q and of k a thread).
 template <class Ep, class = void>
@@ -98,22 +86,12 @@ struct PairGroup<Ep, std::void_t<decltype(Ep::kPairGroup)>> {
   static constexpr int value = Ep::kPairGroup;
 };
 
-// Whether the resident kernel loads x with Vec::load_stream (Ep::kStreamX), else Vec::load.
-template <class Ep, class = void>
-struct StreamX {
-  static constexpr bool value = false;
-};
-template <class Ep>
-struct StreamX<Ep, std::void_t<decltype(Ep::kStreamX)>> {
-  static constexpr bool value = Ep::kStreamX;
-};
-
 // Register-resident: thread `lane` of the row's group holds chunks lane, lane + kGroup, ...
 // (kVecs of them, W elements each) of every tensor from the load to the write, so x is read once.
 // A warp's loads of one chunk index cover 32 * W consecutive elements (fully coalesced).
 // One row per group and no grid-stride loop: nothing is kept live across rows.
 template <class T, int W, int kGroup, int kVecs, int K, class Ep>
-__global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>()))
+__global__ void __launch_bounds__(block_threads(kGroup), 1)
     row_norm_resident_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
   constexpr int kRows = rows_per_block(kGroup);
   constexpr int kStride = kGroup * W;  // columns between a thread's consecutive chunks
@@ -138,12 +116,10 @@ __global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>(
     const T* xr = in.x[k] + row * dim + col0;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
-      if (j >= n)
-        x[k][j].zero();
-      else if constexpr (StreamX<Ep>::value)
-        x[k][j].load_stream(xr + j * kStride);
-      else
+      if (j < n)
         x[k][j].load(xr + j * kStride);
+      else
+        x[k][j].zero();
     }
   }
   if constexpr (kHasResidual<Ep>) {

@@ -82,33 +82,6 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
     }
   }
 
-  // Streaming variants for a row op's x and output (16-byte words; element-wise as above
-  // otherwise): the load skips L1 (ld.global.cg), so x does not evict the small L1-resident operands
-  // (scale/shift rows); the store is evict-first (st.global.cs).
-  __device__ __forceinline__ void load_stream(const T* p) {
-    if constexpr (kWide) {
-#pragma unroll
-      for (int w = 0; w < kBytes / 16; ++w) {
-        const uint4 word = __ldcg(reinterpret_cast<const uint4*>(p) + w);
-        memcpy(reinterpret_cast<char*>(v) + 16 * w, &word, 16);
-      }
-    } else {
-      load(p);
-    }
-  }
-  __device__ __forceinline__ void store_stream(T* p) const {
-    if constexpr (kWide) {
-#pragma unroll
-      for (int w = 0; w < kBytes / 16; ++w) {
-        uint4 word;
-        memcpy(&word, reinterpret_cast<const char*>(v) + 16 * w, 16);
-        __stcs(reinterpret_cast<uint4*>(p) + w, word);
-      }
-    } else {
-      store(p);
-    }
-  }
-
   __device__ __forceinline__ void store(T* p) const {
     if constexpr (kWide) {
 #pragma unroll

@@ -259,16 +259,6 @@ inline T __ldg(const T* p) {
   return *p;
 }
 
-// Cache-hinted loads and stores (ld.global.cg, st.global.cs) are plain accesses here.
-template <class T>
-inline T __ldcg(const T* p) {
-  return *p;
-}
-template <class T>
-inline void __stcs(T* p, T v) {
-  *p = v;
-}
-
 // Fast-math intrinsics: exact here, within a few ulp on the GPU.
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
