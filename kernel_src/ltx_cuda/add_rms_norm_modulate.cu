@@ -1,6 +1,7 @@
 // add_rms_norm_modulate: the rms_norm row shape with a residual prologue: x and y (and a per-token
 // gate) are read with the row, h = x + y (* gate) is written once and stays in registers for the
 // reduction; the scale/shift rows ([B,1,D]: L1/L2 hits) are read after it, two vectors at a time.
+#include "modulate.cuh"
 #include "row_norm.cuh"
 
 namespace ltx_cuda {
@@ -26,22 +27,21 @@ struct AddModulateEpilogue {
   const T* weight;  // used only when kWeight
   int64_t dim, tokens, mod_batch_stride, mod_token_stride, gate_batch_stride, gate_token_stride;
 
+  using Mod = Modulation<T, kWeight>;
   struct Row {
     T* out;
     T* h;
     const T* y;
     const T* gate;
-    const T* scale;
-    const T* shift;
-    const T* weight;
+    typename Mod::Ptrs mod;
   };
   __device__ Row row(int64_t r, int64_t col0) const {
     const int64_t b = r / tokens, s = r - b * tokens;
     const int64_t off = r * dim + col0;
-    const int64_t m = b * mod_batch_stride + s * mod_token_stride + col0;
     const T* g = nullptr;
     if constexpr (kGate) g = gate + b * gate_batch_stride + s * gate_token_stride + col0;
-    return {out + off, h + off, y + off, g, scale + m, shift + m, weight + col0};
+    return {out + off, h + off, y + off, g,
+            Mod::at(scale, shift, weight, b, s, mod_batch_stride, mod_token_stride, col0)};
   }
 
   // The residual prologue (row_norm.cuh): y and gate are loaded with x, through ld.global.nc.
@@ -70,28 +70,16 @@ struct AddModulateEpilogue {
     x.load_ordered(rp.h + off);
   }
 
-  // The modulation, as in rms_norm_modulate.cu.
+  // The modulation (modulate.cuh), as in rms_norm_modulate.
   template <int W>
-  struct Aux {
-    Vec<T, W> scale, shift, w;
-  };
+  using Aux = typename Mod::template Aux<W>;
   template <int W>
   __device__ void load(const Row& rp, int64_t off, Aux<W>& a) const {
-    a.scale.load_ordered(rp.scale + off);
-    a.shift.load_ordered(rp.shift + off);
-    if constexpr (kWeight) a.w.load_ordered(rp.weight + off);
+    Mod::load(rp.mod, off, a);
   }
-
   template <int W>
   __device__ void store(const Row& rp, int64_t off, const float (&v)[1][W], const Aux<W>& a) const {
-    Vec<T, W> o;
-#pragma unroll
-    for (int i = 0; i < W; ++i) {
-      float n = v[0][i];
-      if constexpr (kWeight) n *= a.w.f(i);
-      o.set(i, fmaf(n, 1.0f + a.scale.f(i), a.shift.f(i)));
-    }
-    o.store(rp.out + off);
+    Mod::store(rp.out + off, v, a);
   }
 };
 

@@ -85,17 +85,7 @@ struct QkNormRopeGridEpilogue {
 
   template <int W>
   __device__ void store(const Row& rp, int64_t off, const float (&v)[2][W], const Aux<W>& a) const {
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      float n[W], r[W];
-#pragma unroll
-      for (int i = 0; i < W; ++i) n[i] = v[t][i] * a.w[t].f(i);
-      rotate_pairs(n, a.cos, a.sin, r);
-      Vec<T, W> y;
-#pragma unroll
-      for (int i = 0; i < W; ++i) y.set(i, r[i]);
-      y.store(rp.out[t] + off);
-    }
+    weight_rotate_store(rp.out, off, v, a.w, a.cos, a.sin);
   }
 };
 

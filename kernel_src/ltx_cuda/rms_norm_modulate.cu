@@ -1,5 +1,6 @@
 // rms_norm_modulate: the rms_norm row shape (row in registers, one read and one write of x); the
 // scale/shift rows ([B,1,D]: L1/L2 hits) are read after the reduction, two vectors at a time.
+#include "modulate.cuh"
 #include "row_norm.cuh"
 
 namespace ltx_cuda {
@@ -19,39 +20,25 @@ struct ModulateEpilogue {
   const T* weight;  // used only when kWeight
   int64_t dim, tokens, batch_stride, token_stride;
 
+  using Mod = Modulation<T, kWeight>;
   struct Row {
     T* out;
-    const T* scale;
-    const T* shift;
-    const T* weight;
+    typename Mod::Ptrs mod;
   };
   __device__ Row row(int64_t r, int64_t col0) const {
     const int64_t b = r / tokens, s = r - b * tokens;
-    const int64_t m = b * batch_stride + s * token_stride + col0;
-    return {out + r * dim + col0, scale + m, shift + m, weight + col0};
+    return {out + r * dim + col0, Mod::at(scale, shift, weight, b, s, batch_stride, token_stride, col0)};
   }
 
   template <int W>
-  struct Aux {
-    Vec<T, W> scale, shift, w;
-  };
+  using Aux = typename Mod::template Aux<W>;
   template <int W>
   __device__ void load(const Row& rp, int64_t off, Aux<W>& a) const {
-    a.scale.load_ordered(rp.scale + off);
-    a.shift.load_ordered(rp.shift + off);
-    if constexpr (kWeight) a.w.load_ordered(rp.weight + off);
+    Mod::load(rp.mod, off, a);
   }
-
   template <int W>
   __device__ void store(const Row& rp, int64_t off, const float (&v)[1][W], const Aux<W>& a) const {
-    Vec<T, W> y;
-#pragma unroll
-    for (int i = 0; i < W; ++i) {
-      float n = v[0][i];
-      if constexpr (kWeight) n *= a.w.f(i);
-      y.set(i, fmaf(n, 1.0f + a.scale.f(i), a.shift.f(i)));
-    }
-    y.store(rp.out + off);
+    Mod::store(rp.out + off, v, a);
   }
 };
 
