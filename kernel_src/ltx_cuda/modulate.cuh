@@ -32,8 +32,8 @@ struct Modulation {
     if constexpr (kWeight) a.w.load_ordered(p.weight + off);
   }
 
-  // Writes W modulated values of v (normalised, fp32) to out.
-  template <int W>
+  // Writes W modulated values of v (normalised, fp32) to out (kStream: evict-first).
+  template <int W, bool kStream = false>
   __device__ static void store(T* out, const float (&v)[1][W], const Aux<W>& a) {
     Vec<T, W> y;
 #pragma unroll
@@ -42,7 +42,10 @@ struct Modulation {
       if constexpr (kWeight) n *= a.w.f(i);
       y.set(i, fmaf(n, 1.0f + a.scale.f(i), a.shift.f(i)));
     }
-    y.store(out);
+    if constexpr (kStream)
+      y.store_stream(out);
+    else
+      y.store(out);
   }
 };
 

@@ -75,6 +75,27 @@ struct HasResidual<Ep, std::void_t<decltype(Ep::kResidual)>> : std::bool_constan
 template <class Ep>
 inline constexpr bool kHasResidual = HasResidual<Ep>::value;
 
+// Blocks per SM the resident kernel's registers must allow (__launch_bounds__'s second argument):
+// Ep::kMinBlocks when the epilogue declares it, for shapes of up to 4 vectors a thread; else 1.
+template <class Ep, class = void>
+struct MinBlocks {
+  static constexpr int value = 1;
+};
+template <class Ep>
+struct MinBlocks<Ep, std::void_t<decltype(Ep::kMinBlocks)>> {
+  static constexpr int value = Ep::kMinBlocks;
+};
+template <class Ep, int kVecs>
+constexpr int min_blocks() {
+  return kVecs <= 4 ? MinBlocks<Ep>::value : 1;
+}
+
+// Whether the resident kernel loads x with Vec::load_stream (Ep::kStreamX = true), else Vec::load.
+template <class Ep, class = void>
+struct StreamX : std::false_type {};
+template <class Ep>
+struct StreamX<Ep, std::void_t<decltype(Ep::kStreamX)>> : std::bool_constant<Ep::kStreamX> {};
+
 // Threads per row for two-tensor rows (K = 2) of 129..256 16-byte chunks: Ep::kPairGroup when the
 // epilogue declares it (128 or 256), else 128 (2 vectors of q and of k a thread).
 template <class Ep, class = void>
@@ -91,7 +112,7 @@ struct PairGroup<Ep, std::void_t<decltype(Ep::kPairGroup)>> {
 // A warp's loads of one chunk index cover 32 * W consecutive elements (fully coalesced).
 // One row per group and no grid-stride loop: nothing is kept live across rows.
 template <class T, int W, int kGroup, int kVecs, int K, class Ep>
-__global__ void __launch_bounds__(block_threads(kGroup), 1)
+__global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>()))
     row_norm_resident_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
   constexpr int kRows = rows_per_block(kGroup);
   constexpr int kStride = kGroup * W;  // columns between a thread's consecutive chunks
@@ -116,10 +137,12 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
     const T* xr = in.x[k] + row * dim + col0;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
-      if (j < n)
-        x[k][j].load(xr + j * kStride);
-      else
+      if (j >= n)
         x[k][j].zero();
+      else if constexpr (StreamX<Ep>::value)
+        x[k][j].load_stream(xr + j * kStride);
+      else
+        x[k][j].load(xr + j * kStride);
     }
   }
   if constexpr (kHasResidual<Ep>) {

@@ -82,6 +82,48 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
     }
   }
 
+  // Streaming variants for a row op's x and output (16-byte words; element-wise as above
+  // otherwise): the load takes the non-coherent path without allocating in L1
+  // (ld.global.nc.L1::no_allocate), so x does not evict the small L1-resident operands; the store
+  // is evict-first (st.global.cs). Inline PTX on the device; plain accesses in host compiles.
+  __device__ __forceinline__ void load_stream(const T* p) {
+    if constexpr (kWide) {
+#pragma unroll
+      for (int w = 0; w < kBytes / 16; ++w) {
+        uint4 word;
+#if defined(__CUDA_ARCH__)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(word.x), "=r"(word.y), "=r"(word.z), "=r"(word.w)
+                     : "l"(reinterpret_cast<const uint4*>(p) + w));
+#else
+        word = reinterpret_cast<const uint4*>(p)[w];
+#endif
+        memcpy(reinterpret_cast<char*>(v) + 16 * w, &word, 16);
+      }
+    } else {
+      load(p);
+    }
+  }
+  __device__ __forceinline__ void store_stream(T* p) const {
+    if constexpr (kWide) {
+#pragma unroll
+      for (int w = 0; w < kBytes / 16; ++w) {
+        uint4 word;
+        memcpy(&word, reinterpret_cast<const char*>(v) + 16 * w, 16);
+#if defined(__CUDA_ARCH__)
+        asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(reinterpret_cast<uint4*>(p) + w), "r"(word.x), "r"(word.y), "r"(word.z),
+                        "r"(word.w)
+                     : "memory");
+#else
+        reinterpret_cast<uint4*>(p)[w] = word;
+#endif
+      }
+    } else {
+      store(p);
+    }
+  }
+
   __device__ __forceinline__ void store(T* p) const {
     if constexpr (kWide) {
 #pragma unroll

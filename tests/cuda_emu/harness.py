@@ -115,6 +115,11 @@ _ASM = re.compile(r'\basm\s*(?:volatile\s*)?\(\s*"([^"]*)"\s*:\s*"=\w+"\s*\(([^(
                   r'"\w+"\s*\(([^()]+)\)\s*\)\s*;')
 
 
+# `#if defined(__CUDA_ARCH__)` ... `#else`: device-only code (vector inline PTX) with a host twin in
+# the #else branch, which is what g++ compiles here.
+_DEVICE_ONLY = re.compile(r"#if defined\(__CUDA_ARCH__\)\n.*?#else\n", re.S)
+
+
 def cuda_sources(repo: Path) -> list[Path]:
     """Every file of every CUDA kernel in the repo's build.toml, in the order listed."""
     toml = repo / "build.toml"
@@ -144,6 +149,7 @@ def rewrite(text: str, name: str) -> str:
                                "tests/cuda_emu/harness.py")
         return PTX[op].format(out=m[2].strip(), **{"in": m[3].strip()})
 
+    text = _DEVICE_ONLY.sub("#if 0\n#else\n", text)  # device-only code: the #else branch runs here
     text = _ASM.sub(asm, text)
     if re.search(r"\basm\b\s*(volatile\s*)?\(", text):
         raise HarnessError(f"{name}: an inline asm statement the emulation cannot parse (one output, "
