@@ -224,6 +224,26 @@ def test_a_kernelized_model_can_be_deep_copied(ltx):
     assert calls["qk_rms_norm_rope_grid"] == LAYERS
 
 
+def test_a_block_ignores_a_hand_over_for_another_tensor(ltx):
+    """The fused residual + AdaLN hand-over between blocks is used only for the very hidden_states (and
+    temb) it was made from: a block called on its own, or after a hook swapped the tensor, recomputes."""
+    model = tiny_ltx()
+    inputs = ltx_inputs()
+    block = model.transformer_blocks[1]
+    captured: dict = {}
+    hook = block.register_forward_pre_hook(lambda module, args, kwargs: captured.update(kwargs), with_kwargs=True)
+    with torch.no_grad():
+        model(**inputs)
+        hook.remove()
+        ref = block(**captured)
+        hd.kernelize(model, kernel=ltx)
+        stale = torch.full_like(captured["hidden_states"], 7.0)
+        block._hubkernels_pending_adaln = (stale, captured["temb"], stale)
+        out = block(**{**captured, "hidden_states": captured["hidden_states"].clone()})
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert block._hubkernels_pending_adaln is None  # consumed (and dropped) by the call
+
+
 def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
     from diffusers.models.transformers.transformer_ltx import LTXVideoAttnProcessor
 
