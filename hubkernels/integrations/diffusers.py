@@ -299,7 +299,8 @@ def _rope_positions(kernel: ModuleType) -> Optional[Callable]:
 
 class KernelLTXVideoAttnProcessor:
     """Diffusers' `LTXVideoAttnProcessor` with the attention prologue fused: when RoPE is given
-    (self-attention), q/k RMSNorm + RoPE is one `qk_rms_norm_rope` call; otherwise the q/k norms run
+    (self-attention), q/k RMSNorm + RoPE is one `qk_rms_norm_rope_grid` call (given `LTXRopePositions`)
+    or `qk_rms_norm_rope` call (given cos/sin tables); otherwise the q/k norms run
     as modules (themselves kernelized). Attention itself goes through `dispatch_attention_fn` with
     this processor's `_attention_backend` / `_parallel_config`, as in the original."""
 
