@@ -31,9 +31,21 @@ def op_calls(fn) -> dict[str, int]:
     return {e.key.split("::")[-1]: e.count for e in prof.key_averages() if "ltx_kernels" in e.key and "::" in e.key}
 
 
+# The attention prologue's RoPE inputs: diffusers' cos/sin tables, or token positions from which the
+# kernel computes the angles (the CUDA default, ROPE_POSITIONS_DEVICES; forced here on the CPU).
+ROPE_OPS = {"tables": ("qk_rms_norm_rope", "rope_tables"), "positions": ("qk_rms_norm_rope_grid", "rope_positions")}
+
+
+@pytest.fixture(params=sorted(ROPE_OPS))
+def rope_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "positions":
+        monkeypatch.setattr(hd, "ROPE_POSITIONS_DEVICES", frozenset({"cpu", "cuda"}))
+    return request.param
+
+
 @pytest.mark.parametrize("per_token", [False, True], ids=["t2v", "per-token-timesteps"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_kernelized_ltx_matches_diffusers(ltx, dtype, per_token):
+def test_kernelized_ltx_matches_diffusers(ltx, dtype, per_token, rope_mode):
     model = tiny_ltx(dtype=dtype)
     inputs = ltx_inputs(per_token_timesteps=per_token, dtype=dtype)
     with torch.no_grad():
@@ -51,7 +63,8 @@ def test_kernelized_ltx_matches_diffusers(ltx, dtype, per_token):
     assert (out.double() - truth).norm() <= 1.2 * (ref.double() - truth).norm()
 
 
-def test_the_kernels_run_where_expected(ltx):
+def test_the_kernels_run_where_expected(ltx, rope_mode):
+    prologue, rope_inputs = ROPE_OPS[rope_mode]
     model = tiny_ltx()
     inputs = ltx_inputs(per_token_timesteps=True)
     hd.kernelize(model, kernel=ltx)
@@ -63,10 +76,10 @@ def test_the_kernels_run_where_expected(ltx):
         # block's norm1 AdaLN between blocks
         "add_rms_norm_modulate": LAYERS + LAYERS - 1,
         "gated_residual": LAYERS + 1,  # attn1 residuals, and the last block's feed-forward residual
-        "qk_rms_norm_rope_grid": LAYERS,  # self-attention prologue (with RoPE computed in the kernel)
+        prologue: LAYERS,  # self-attention prologue (q/k norm + RoPE)
         "rms_norm": 2 * LAYERS,  # cross-attention q/k norms (no RoPE), as kernelized torch.nn.RMSNorm
         "gelu_tanh": LAYERS + 1,  # feed-forwards + caption projection
-        "rope_positions": 1,  # the RoPE positions and frequencies, once per forward
+        rope_inputs: 1,  # the RoPE tables, or positions and frequencies, once per forward
     }
     # The hand-over between blocks is consumed within the forward: nothing stays on the blocks.
     assert all(getattr(b, "_hubkernels_pending_adaln", None) is None for b in model.transformer_blocks)
@@ -74,7 +87,8 @@ def test_the_kernels_run_where_expected(ltx):
     assert not any("_hubkernels_next_block" in vars(b) for b in model.transformer_blocks)
 
 
-def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
+def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx, rope_mode):
+    prologue, rope_inputs = ROPE_OPS[rope_mode]
     model = tiny_ltx()
     inputs = ltx_inputs(per_token_timesteps=True)
     with torch.no_grad():
@@ -88,23 +102,23 @@ def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx):
         calls = op_calls(lambda: compiled(**inputs))
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["rms_norm_modulate"] == 1  # still our kernels
+    assert calls[prologue] == LAYERS and calls["rms_norm_modulate"] == 1  # still our kernels
     assert calls["add_rms_norm_modulate"] == 2 * LAYERS - 1 and "residual_add" not in calls  # residuals, fused
-    assert calls["rope_positions"] == 1  # positions and frequencies once
+    assert calls[rope_inputs] == 1  # RoPE inputs once
 
 
-def _rope_args(code: str) -> list[tuple[str, str]]:
-    """The buffers passed as positions and frequencies to each qk_rms_norm_rope_grid call of Inductor's
-    output code."""
+def _rope_args(code: str, prologue: str) -> list[tuple[str, str]]:
+    """The buffers passed as the RoPE inputs (cos/sin, or positions/frequencies) to each `prologue` op
+    call of Inductor's output code."""
 
     def buffer(arg: ast.expr) -> str:  # `buf7` or `reinterpret_tensor(buf7, ...)` -> "buf7"
         return buffer(arg.args[0]) if isinstance(arg, ast.Call) else ast.unparse(arg)
 
     return [(buffer(node.args[4]), buffer(node.args[5])) for node in ast.walk(ast.parse(code))
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(".qk_rms_norm_rope_grid.default")]
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(f".{prologue}.default")]
 
 
-def test_compiled_forward_computes_the_rope_inputs_once(ltx):
+def test_compiled_forward_computes_the_rope_inputs_once(ltx, rope_mode):
     """Inductor recomputes cheap pointwise results in front of every extern kernel that reads them; the
     RoPE positions and frequencies come from one opaque op instead, so every block's
     qk_rms_norm_rope_grid reads the same two buffers. force_pointwise_cat lowers diffusers'
@@ -122,14 +136,15 @@ def test_compiled_forward_computes_the_rope_inputs_once(ltx):
         compiled = torch.compile(model, fullgraph=True)
         out, codes = run_and_get_code(lambda: compiled(**inputs)[0])
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
-    rope = [args for code in codes for args in _rope_args(code)]
+    prologue, rope_inputs = ROPE_OPS[rope_mode]
+    rope = [args for code in codes for args in _rope_args(code, prologue)]
     assert len(rope) == 4, codes  # one fused q/k prologue per block
     assert len(set(rope)) == 1, rope  # all of them read the same position and frequency buffers
-    assert sum(code.count(".rope_positions.default(") for code in codes) == 1
+    assert sum(code.count(f".{rope_inputs}.default(") for code in codes) == 1
 
 
 @pytest.mark.parametrize("dim", [128, 96, 11], ids=["pad2", "pad0", "pad5"])
-def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim):
+def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim, rope_mode):
     """Text-to-video grids (rope_interpolation_scale as floats, as a tensor, or none) and the video_coords
     of LTXConditionPipeline, with and without padding channels (dim % 6)."""
     from diffusers.models.transformers.transformer_ltx import LTXVideoRotaryPosEmbed
@@ -143,9 +158,9 @@ def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim):
              for scale in ((8 / 25, 32, 32), (torch.tensor(0.32), 32.0, 32.0), None)] + [dict(video_coords=coords)]
     for kwargs in calls:
         expected = rope(hidden, **kwargs)
-        positions = kernelized.forward(rope, hidden, **kwargs)
-        assert isinstance(positions, hd.LTXRopePositions)
-        for g, e in zip(positions.tables(), expected):
+        got = kernelized.forward(rope, hidden, **kwargs)
+        assert isinstance(got, hd.LTXRopePositions) == (rope_mode == "positions")
+        for g, e in zip(got.tables() if rope_mode == "positions" else got, expected):
             assert g.dtype == e.dtype and g.shape == e.shape and g.is_contiguous()
             assert torch.equal(g, e), kwargs
 
@@ -221,7 +236,7 @@ def test_a_kernelized_model_can_be_deep_copied(ltx):
         calls = op_calls(lambda: clone(**inputs))
         clone.transformer_blocks[0].ff.net[2].weight.zero_()
         assert not torch.equal(clone(**inputs)[0], model(**inputs)[0])  # bound to the copy's own weights
-    assert calls["qk_rms_norm_rope_grid"] == LAYERS
+    assert calls.get("qk_rms_norm_rope", 0) + calls.get("qk_rms_norm_rope_grid", 0) == LAYERS
 
 
 def test_a_block_ignores_a_hand_over_for_another_tensor(ltx):
@@ -244,7 +259,7 @@ def test_a_block_ignores_a_hand_over_for_another_tensor(ltx):
     assert block._hubkernels_pending_adaln is None  # consumed (and dropped) by the call
 
 
-def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
+def test_custom_processors_and_excluded_kinds_are_left_alone(ltx, rope_mode):
     from diffusers.models.transformers.transformer_ltx import LTXVideoAttnProcessor
 
     class MyProcessor(LTXVideoAttnProcessor):
@@ -259,9 +274,10 @@ def test_custom_processors_and_excluded_kinds_are_left_alone(ltx):
     expected = expected_replacements(LAYERS)
     del expected["LTXVideoTransformerBlock"]
     expected["LTXVideoAttnProcessor"] -= 1
-    # The kernelized RoPE module hands positions, not (cos, sin), to the fused processors only: with a
-    # custom processor in the model, diffusers' RoPE module stays.
-    del expected["LTXVideoRotaryPosEmbed"]
+    if rope_mode == "positions":
+        # The kernelized RoPE module then hands positions, not (cos, sin), to the fused processors only:
+        # with a custom processor in the model, diffusers' RoPE module stays.
+        del expected["LTXVideoRotaryPosEmbed"]
     assert model._hubkernels_replaced == expected
     assert type(model.transformer_blocks[0].attn1.processor) is MyProcessor
     with torch.no_grad():
