@@ -2,7 +2,7 @@
 # The GPU run (NVIDIA H200 via the device machine): build the CUDA variant with our builder, run the GPU
 # correctness suite, compute-sanitizer memcheck on every op, and the op benchmarks. Logs land in $OUT.
 # Usage on the GPU machine, from the repo root:  OUT=/tmp/out bash scripts/gpu_check.sh [steps...]
-# steps: build tests memcheck bench sweep modexp e2e profile timeline (default: build tests memcheck bench)
+# steps: build tests memcheck bench sweep modexp e2e timeline (default: build tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/hubkernels-gpu}
 mkdir -p "$OUT"
@@ -31,6 +31,5 @@ for step in $steps; do
                 --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
     modexp)   (cd scripts/exp_modulate && bash build.sh > "$OUT/modexp_build.log" 2>&1 && ./bench) 2>&1 | tee "$OUT/modexp.log" | tail -30 ;;
     timeline) python3 scripts/ltx_timeline.py --graph 2>&1 | tee "$OUT/timeline.log" | grep -v Warning | tail -60 ;;
-    profile)  python3 scripts/ltx_profile.py --compile 2>&1 | tee "$OUT/profile.log" | tail -40 ;;
   esac
 done

@@ -9,7 +9,6 @@ parameter), against the CUDA build of the kernel.
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import platform
 import secrets
@@ -22,6 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+
+from hubkernels.bench import rope_freqs
 
 import ltx_reference as ref
 
@@ -284,12 +285,6 @@ def test_qk_rms_norm_rope_matches_reference(ltx, rand: Rand, dtype, dim):
     rand.check(k_out, k_ref, dtype)
 
 
-def rope_freqs(dim: int, theta: float = 10000.0) -> torch.Tensor:
-    """diffusers' LTX-Video per-axis RoPE frequencies (pi/2 included), float32 [dim // 6]."""
-    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6, dtype=torch.float32)
-    return freqs * math.pi / 2.0
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("dim", ROPE_HIDDEN + [12, 14, 16])  # dim % 6 = 0, 2, 4: padding channels or none
 def test_qk_rms_norm_rope_grid_matches_reference(ltx, rand: Rand, dtype, dim):
@@ -300,7 +295,7 @@ def test_qk_rms_norm_rope_grid_matches_reference(ltx, rand: Rand, dtype, dim):
     weight_k = rand.normal(dim, dtype=dtype)
     # Positions as LTX pipelines make them (frame / base frames, ...), spread past [0, 1) for larger angles.
     pos = (torch.rand(b, s, 3, generator=rand.gen) * 3 - 1).to(rand.device)
-    freqs = rope_freqs(dim).to(rand.device)
+    freqs = rope_freqs(dim, 10000.0, torch.device(rand.device))
     poison(q, k)
     q_out, k_out = ltx.qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs, eps=1e-5)
     fresh(q_out, q, k)

@@ -18,12 +18,10 @@ All but the processor are forward swaps through `hubkernels.layers.kernelize` (s
 restoring work as there); the attention prologue is an attention processor, swapped on each
 `LTXAttention` that uses diffusers' stock `LTXVideoAttnProcessor` (custom processors are left alone).
 
-Under torch.compile, work that Inductor would otherwise redo or generate worse runs as opaque ops:
-the RoPE inputs (`rope_positions` / `rope_tables`; Inductor recomputes cheap pointwise inputs in front
-of every extern kernel that reads them, i.e. once per block) and, in builds without
-`add_rms_norm_modulate`, the block's cross-attention residual (`residual_add`, ATen's add). They are
-Python custom ops in the kernel package (`_rope_tables.py`, `_residual_add.py`); builds without them
-keep diffusers' tables and Inductor's add.
+Under torch.compile, the RoPE inputs come from opaque ops (`rope_positions` / `rope_tables`, Python
+custom ops in the kernel package's `_rope_tables.py`): Inductor recomputes cheap pointwise inputs in
+front of every extern kernel that reads them, i.e. once per block, and an opaque op's outputs are
+computed once. Builds without them keep diffusers' tables.
 """
 
 from __future__ import annotations
@@ -140,7 +138,7 @@ def ltx_block_layer(kernel: ModuleType) -> type:
     """`LTXVideoTransformerBlock.forward` with AdaLN (`rms_norm_modulate`) and the gated residuals
     (`gated_residual`) as kernels, and the cross-attention residual fused into the next AdaLN
     (`add_rms_norm_modulate`: x and y read once, h and its normalisation written once). Builds without
-    that op add separately, under torch.compile as ATen's add (`residual_add`). With the op, a block
+    that op add and normalise separately. With the op, a block
     linked to a following kernelized block (see `_link_blocks`) also fuses its feed-forward residual
     with that block's AdaLN and hands the result over. One layer class per kernel module."""
     cached = _block_layers.get(id(kernel))
@@ -151,20 +149,10 @@ def ltx_block_layer(kernel: ModuleType) -> type:
 
     rms_norm_modulate = kernel.rms_norm_modulate
     gated_residual = kernel.gated_residual
-    residual_add = _kernel_function(kernel, "_residual_add", "residual_add")
     add_rms_norm_modulate = getattr(kernel, "add_rms_norm_modulate", None)
     ops = (("rms_norm_modulate", "gated_residual")
-           + (("add_rms_norm_modulate",) if add_rms_norm_modulate is not None else ())
-           + (("residual_add",) if residual_add is not None else ()))
+           + (("add_rms_norm_modulate",) if add_rms_norm_modulate is not None else ()))
     has_backward, can_compile = op_support(kernel, ops)
-
-    def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        # Compiled, ATen's add behind an opaque op: Inductor's kernel for this lone add was slower
-        # (H200, bf16 [2, 6144, 2048]: 48 vs 35 us). Eager, the plain add (no custom-op call overhead).
-        if (residual_add is not None and torch.compiler.is_compiling()
-                and x.shape == y.shape and x.dtype == y.dtype):
-            return residual_add(x, y)
-        return x + y
 
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, temb: torch.Tensor,
                 image_rotary_emb: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
@@ -197,7 +185,7 @@ def ltx_block_layer(kernel: ModuleType) -> type:
             hidden_states, norm_hidden_states = add_rms_norm_modulate(
                 hidden_states, attn_hidden_states, scale_mlp, shift_mlp, None, w2, self.norm2.eps)
         else:
-            hidden_states = add(hidden_states, attn_hidden_states)
+            hidden_states = hidden_states + attn_hidden_states
             norm_hidden_states = rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, self.norm2.eps)
         ff_output = self.ff(norm_hidden_states)
         following = getattr(self, _NEXT_BLOCK, None)

@@ -80,6 +80,10 @@ struct Buf {
   Buf& randn(float scale = 1.0f) {
     std::normal_distribution<float> d(0.f, scale);
     for (int64_t i = 0; i < n; ++i) set(i, d(rng));
+    return keep();
+  }
+  // Remembers the contents (an input), for unchanged().
+  Buf& keep() {
     saved.assign(static_cast<unsigned char*>(p), static_cast<unsigned char*>(p) + bytes());
     return *this;
   }
@@ -344,7 +348,7 @@ static void check_gelu(DType dt, int64_t n, int off = 0) {
     x.set(2, NAN);
     x.set(3, -30.f);
     x.set(4, -3.f);
-    x.saved.assign(static_cast<unsigned char*>(x.p), static_cast<unsigned char*>(x.p) + x.bytes());
+    x.keep();
   }
   out.poison();
   const std::string what = "gelu_tanh " + std::string(dname(dt)) + " n=" + to_string(n) + " off=" + to_string(off);
@@ -382,6 +386,23 @@ static void check_rope(DType dt, int64_t rows, int64_t dim, int off = 0) {
   compare("rope_interleaved_qk k " + tag, ko, rk);
 }
 
+// The attention prologue's reference rows: rope(rms_norm(x, w)) for q and k, with row r's cos/sin
+// from tables(r, cos, sin).
+template <class Tables>
+static void ref_qk(const Buf& q, const Buf& k, const Buf& wq, const Buf& wk, int64_t rows, int64_t dim,
+                   Tables tables, std::vector<double>& rq, std::vector<double>& rk) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *c, *s;
+    tables(r, c, s);
+    auto a = ref_norm_row(q, r, dim, 1e-5, &wq);
+    ref_rope(a, c, s);
+    rq.insert(rq.end(), a.begin(), a.end());
+    auto b = ref_norm_row(k, r, dim, 1e-5, &wk);
+    ref_rope(b, c, s);
+    rk.insert(rk.end(), b.begin(), b.end());
+  }
+}
+
 static void check_qk(DType dt, int64_t rows, int64_t dim, int off = 0) {
   Buf q(dt, rows * dim, off), k(dt, rows * dim), wq(dt, dim), wk(dt, dim), qo(dt, rows * dim),
       ko(dt, rows * dim);
@@ -399,14 +420,10 @@ static void check_qk(DType dt, int64_t rows, int64_t dim, int off = 0) {
   begin(std::string("qk_rms_norm_rope ") + tag);
   qk_rms_norm_rope(qo.p, ko.p, q.p, k.p, wq.p, wk.p, c.f32(), s.f32(), rows, dim, 1e-5f, dt, nullptr);
   std::vector<double> rq, rk;
-  for (int64_t r = 0; r < rows; ++r) {
-    auto a = ref_norm_row(q, r, dim, 1e-5, &wq);
-    ref_rope(a, c.f32() + r * dim, s.f32() + r * dim);
-    rq.insert(rq.end(), a.begin(), a.end());
-    auto b = ref_norm_row(k, r, dim, 1e-5, &wk);
-    ref_rope(b, c.f32() + r * dim, s.f32() + r * dim);
-    rk.insert(rk.end(), b.begin(), b.end());
-  }
+  ref_qk(q, k, wq, wk, rows, dim, [&](int64_t r, const float*& cr, const float*& sr) {
+    cr = c.f32() + r * dim;
+    sr = s.f32() + r * dim;
+  }, rq, rk);
   compare("qk_rms_norm_rope q " + tag, qo, rq, {&q, &k, &wq, &wk, &c, &s});
   compare("qk_rms_norm_rope k " + tag, ko, rk);
 }
@@ -425,8 +442,8 @@ static void check_qk_grid(DType dt, int64_t rows, int64_t dim, int off = 0) {
   for (int64_t i = 0; i < rows * 3; ++i) pos.f32()[i] = u(rng);
   for (int64_t f = 0; f < nf; ++f)
     freqs.f32()[f] = static_cast<float>(std::pow(10000.0, nf > 1 ? double(f) / (nf - 1) : 0.0) * M_PI / 2);
-  pos.saved.assign(static_cast<unsigned char*>(pos.p), static_cast<unsigned char*>(pos.p) + pos.bytes());
-  freqs.saved.assign(static_cast<unsigned char*>(freqs.p), static_cast<unsigned char*>(freqs.p) + freqs.bytes());
+  pos.keep();
+  freqs.keep();
   qo.poison();
   ko.poison();
   const std::string tag =
@@ -436,7 +453,7 @@ static void check_qk_grid(DType dt, int64_t rows, int64_t dim, int off = 0) {
                         nullptr);
   std::vector<double> rq, rk;
   std::vector<float> c(dim), s(dim);
-  for (int64_t r = 0; r < rows; ++r) {
+  ref_qk(q, k, wq, wk, rows, dim, [&](int64_t r, const float*& cr, const float*& sr) {
     for (int64_t i = 0; i < dim; i += 2) {
       double cv = 1.0, sv = 0.0;
       if (i >= pad) {
@@ -449,13 +466,9 @@ static void check_qk_grid(DType dt, int64_t rows, int64_t dim, int off = 0) {
       c[i] = c[i + 1] = static_cast<float>(cv);
       s[i] = s[i + 1] = static_cast<float>(sv);
     }
-    auto a = ref_norm_row(q, r, dim, 1e-5, &wq);
-    ref_rope(a, c.data(), s.data());
-    rq.insert(rq.end(), a.begin(), a.end());
-    auto b = ref_norm_row(k, r, dim, 1e-5, &wk);
-    ref_rope(b, c.data(), s.data());
-    rk.insert(rk.end(), b.begin(), b.end());
-  }
+    cr = c.data();
+    sr = s.data();
+  }, rq, rk);
   compare("qk_rms_norm_rope_grid q " + tag, qo, rq, {&q, &k, &wq, &wk, &pos, &freqs});
   compare("qk_rms_norm_rope_grid k " + tag, ko, rk);
 }

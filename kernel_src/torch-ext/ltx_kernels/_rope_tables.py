@@ -74,7 +74,7 @@ def rope_positions(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Te
     if grid.dtype != torch.float32:
         raise RuntimeError(f"ltx_kernels.rope_positions: grid must be float32 (diffusers computes float32 "
                            f"angles from it), got {grid.dtype}")
-    return grid.contiguous().clone(), _freqs(dim, theta, grid.device)
+    return grid.clone(memory_format=torch.contiguous_format), _freqs(dim, theta, grid.device)
 
 
 @rope_positions.register_fake
