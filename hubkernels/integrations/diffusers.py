@@ -134,13 +134,26 @@ _NEXT_BLOCK = "_hubkernels_next_block"
 _PENDING = "_hubkernels_pending_adaln"
 
 
+def _adaln_rows(block: "nn.Module", temb: "torch.Tensor", dtype: "torch.dtype", rows: int) -> tuple:
+    """The block's first `rows` AdaLN rows (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp,
+    gate_mlp) in `dtype`. temb is [B, 1, 6D] (one timestep per sample) or [B, S, 6D] (per-token
+    timesteps); the rows are strided views of one tensor, which the kernels read in place."""
+    table = block.scale_shift_table
+    per_row = temb.reshape(temb.size(0), temb.size(1), table.shape[0], -1)[:, :, :rows]
+    return (table[None, None, :rows].to(device=temb.device) + per_row).to(dtype).unbind(dim=2)
+
+
+def _norm_weight(norm: "nn.Module", dtype: "torch.dtype") -> Optional["torch.Tensor"]:
+    return None if norm.weight is None else norm.weight.to(dtype)
+
+
 def ltx_block_layer(kernel: ModuleType) -> type:
     """`LTXVideoTransformerBlock.forward` with AdaLN (`rms_norm_modulate`) and the gated residuals
     (`gated_residual`) as kernels, and the cross-attention residual fused into the next AdaLN
     (`add_rms_norm_modulate`: x and y read once, h and its normalisation written once). Builds without
-    that op add and normalise separately. With the op, a block
-    linked to a following kernelized block (see `_link_blocks`) also fuses its feed-forward residual
-    with that block's AdaLN and hands the result over. One layer class per kernel module."""
+    that op add and normalise separately. With the op, a block linked to a following kernelized
+    block (see `_link_blocks`) also fuses its feed-forward residual with that block's AdaLN and hands
+    the result over. One layer class per kernel module."""
     cached = _block_layers.get(id(kernel))
     if cached is not None:
         return cached
@@ -157,15 +170,9 @@ def ltx_block_layer(kernel: ModuleType) -> type:
     def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, temb: torch.Tensor,
                 image_rotary_emb: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
                 encoder_attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        batch_size = hidden_states.size(0)
         dtype = hidden_states.dtype
-        table = self.scale_shift_table
-        # temb is [B, 1, 6D] (one timestep per sample) or [B, S, 6D] (per-token timesteps); the six
-        # unbound rows are strided views of one tensor, which the kernels read in place.
-        ada = table[None, None].to(device=temb.device) + temb.reshape(batch_size, temb.size(1), table.shape[0], -1)
-        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = ada.to(dtype).unbind(dim=2)
-        w1 = None if self.norm1.weight is None else self.norm1.weight.to(dtype)
-        w2 = None if self.norm2.weight is None else self.norm2.weight.to(dtype)
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = _adaln_rows(self, temb, dtype, 6)
+        w1, w2 = _norm_weight(self.norm1, dtype), _norm_weight(self.norm2, dtype)
 
         pending = getattr(self, _PENDING, None)
         if pending is not None:
@@ -195,14 +202,10 @@ def ltx_block_layer(kernel: ModuleType) -> type:
                 and ff_output.is_contiguous()):
             # The feed-forward's gated residual and the following block's AdaLN in one pass: that block
             # takes its normalised input from here when it gets exactly this hidden_states and temb.
-            table = following.scale_shift_table
-            ada = table[None, None, :2].to(device=temb.device) + temb.reshape(
-                batch_size, temb.size(1), table.shape[0], -1)[:, :, :2]
-            shift_next, scale_next = ada.to(dtype).unbind(dim=2)
-            norm = following.norm1
+            shift_next, scale_next = _adaln_rows(following, temb, dtype, 2)
             hidden_states, norm_next = add_rms_norm_modulate(
                 hidden_states, ff_output, scale_next, shift_next, gate_mlp,
-                None if norm.weight is None else norm.weight.to(dtype), norm.eps)
+                _norm_weight(following.norm1, dtype), following.norm1.eps)
             setattr(following, _PENDING, (hidden_states, temb, norm_next))
             return hidden_states
         return gated_residual(hidden_states, ff_output, gate_mlp)
