@@ -1,5 +1,8 @@
 // rms_norm_modulate: the rms_norm row shape (row in registers, one read and one write of x); the
 // scale/shift rows ([B,1,D]: L1/L2 hits) are read after the reduction, two vectors at a time.
+#include <climits>
+#include <type_traits>
+
 #include "modulate.cuh"
 #include "row_norm.cuh"
 
@@ -48,12 +51,81 @@ struct ModulateEpilogue {
   }
 };
 
+// LTX-Video's AdaLN exactly: bf16 rows of 2048, one [B,1,D] scale/shift row per batch, no weight.
+// 64 threads per row hold its 4 x 16-byte vectors packed (16 registers) from the streaming load to
+// the evict-first store; the epilogue unpacks them again (Vec::f_again) instead of keeping 32 fp32
+// copies alive across the reduction, 32-bit row arithmetic, and the batch index is computed after
+// the reduction, so nothing delays the loads. Same operations in the same order as the generic
+// kernel (bit-identical results). H200 figures: BENCHMARKS.md §1.
+namespace packed {
+constexpr int kGroup = 64, kVecs = 4, kRows = 2, kMinBlocks = 8;
+constexpr int kDim = kGroup * kVecs * kPack<__nv_bfloat16>;  // 2048
+
+__global__ void __launch_bounds__(kGroup * kRows, kMinBlocks)
+    kernel(const __nv_bfloat16* x, __nv_bfloat16* out, const __nv_bfloat16* scale,
+           const __nv_bfloat16* shift, int rows, int tokens, int64_t batch_stride, float eps) {
+  using T = __nv_bfloat16;
+  constexpr int W = kPack<T>, kStride = kGroup * W;
+  const int lane = static_cast<int>(threadIdx.x) % kGroup;
+  const int row = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / kGroup;
+  const bool active = row < rows;  // the last block's second row may be past the end
+  const int64_t at = int64_t(row) * kDim + lane * W;
+  Vec<T, W> v[kVecs];
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if (active)
+      v[j].load_stream(x + at + j * kStride);
+    else
+      v[j].zero();
+  }
+  float ss[1] = {0.0f};
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j)
+#pragma unroll
+    for (int i = 0; i < W; ++i) ss[0] = fmaf(v[j].f(i), v[j].f(i), ss[0]);
+  group_sum<kGroup, kGroup * kRows, 1, true>(ss);
+  if (!active) return;
+  const float inv_rms = rsqrtf(ss[0] / static_cast<float>(kDim) + eps);
+
+  using Mod = Modulation<T, false>;
+  const typename Mod::Ptrs mod = Mod::at(scale, shift, nullptr, row / tokens, 0, batch_stride, 0, lane * W);
+#pragma unroll
+  for (int j0 = 0; j0 < kVecs; j0 += kAuxBatch) {
+    typename Mod::template Aux<W> aux[kAuxBatch];
+#pragma unroll
+    for (int j = 0; j < kAuxBatch; ++j) Mod::load(mod, (j0 + j) * kStride, aux[j]);
+#pragma unroll
+    for (int j = 0; j < kAuxBatch; ++j) {
+      float n[1][W];
+#pragma unroll
+      for (int i = 0; i < W; ++i) n[0][i] = v[j0 + j].f_again(i) * inv_rms;
+      Mod::template store<W, true>(out + at + (j0 + j) * kStride, n, aux[j]);
+    }
+  }
+}
+
+// Whether `launch` below takes this kernel (the generic one otherwise; LTX_ROW_GROUP sweeps the
+// generic shapes, so it switches this one off).
+bool fits(int64_t rows, int64_t dim, int64_t token_stride, bool wide) {
+  return wide && dim == kDim && token_stride == 0 && rows < INT_MAX && row_group_override() == 0;
+}
+}  // namespace packed
+
 template <class T, bool kWeight>
 void launch(const ModulateEpilogue<T, kWeight>& ep, const T* x, int64_t rows, int64_t dim,
             float eps, cudaStream_t stream) {
   constexpr int W = kPack<T>;
   const bool wide = dim % W == 0 && ep.batch_stride % W == 0 && ep.token_stride % W == 0 &&
                     aligned16({ep.out, x, ep.scale, ep.shift, ep.weight});
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && !kWeight) {
+    if (rows > 0 && packed::fits(rows, dim, ep.token_stride, wide)) {
+      const int blocks = static_cast<int>(ceil_div(rows, packed::kRows));
+      packed::kernel<<<blocks, packed::kGroup * packed::kRows, 0, stream>>>(
+          x, ep.out, ep.scale, ep.shift, static_cast<int>(rows), static_cast<int>(ep.tokens),
+          ep.batch_stride, eps);
+      return;
+    }
+  }
   launch_row_norm<T, 1>({{x}}, ep, rows, dim, eps, wide, stream);
 }
 

@@ -144,6 +144,28 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
   }
 
   __device__ __forceinline__ float f(int i) const { return to_float(v[i]); }
+
+  // f(i) once more, spelled so that the compiler computes it again from the packed 16-bit word
+  // instead of keeping the fp32 value of an earlier f(i) alive: a bf16 row held across its
+  // reduction then takes 4 registers per 16-byte vector instead of 8 (a byte permute here, a
+  // shift or mask in f). Other types: f(i).
+  __device__ __forceinline__ float f_again(int i) const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && kWide) {
+#if defined(__CUDA_ARCH__)
+      uint32_t word, r;
+      memcpy(&word, reinterpret_cast<const char*>(v) + 4 * (i / 2), 4);
+      if (i % 2 == 0)
+        asm("prmt.b32 %0, %1, 0, 0x1044;" : "=r"(r) : "r"(word));  // bytes 0, 0, w.b0, w.b1
+      else
+        asm("prmt.b32 %0, %1, 0, 0x3244;" : "=r"(r) : "r"(word));  // bytes 0, 0, w.b2, w.b3
+      return __uint_as_float(r);
+#else
+      return f(i);
+#endif
+    } else {
+      return f(i);
+    }
+  }
   __device__ __forceinline__ void set(int i, float x) { v[i] = from_float<T>(x); }
 };
 
@@ -160,7 +182,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 // (kGroup = 32, or a multiple of 32 dividing kBlock = blockDim.x); every thread gets its group's
 // totals, in the same order on every thread. For kGroup > 32 it synchronises the block, so every
 // thread of the block must call it (threads without work pass zeros; none may return early).
-template <int kGroup, int kBlock, int K>
+// kOnce: the kernel calls it once, so `partial` needs no barrier after its last read.
+template <int kGroup, int kBlock, int K, bool kOnce = false>
 __device__ __forceinline__ void group_sum(float (&v)[K]) {
   static_assert(kGroup % 32 == 0 && kBlock % kGroup == 0, "groups: whole warps tiling the block");
 #pragma unroll
@@ -182,7 +205,7 @@ __device__ __forceinline__ void group_sum(float (&v)[K]) {
       for (int w = 0; w < kWarpsPerGroup; ++w) total += partial[first + w][k];
       v[k] = total;
     }
-    __syncthreads();  // `partial` is free again when the caller calls group_sum a second time
+    if constexpr (!kOnce) __syncthreads();  // `partial` is free again for a second call
   }
 }
 

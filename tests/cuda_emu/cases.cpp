@@ -511,6 +511,7 @@ static void suite_mod() {
   }
   check_modulate(DType::BF16, 2, 101, 2048, 0, false);  // LTX-Video: [B,1,D] scale/shift
   check_modulate(DType::BF16, 2, 101, 2048, 2, true);   // ada.unbind views
+  check_modulate(DType::BF16, 1, 7, 2048, 3, false);    // the packed kernel: odd rows, ada.unbind view
 }
 
 // Every (gate, weight) instantiation at every launch shape (the widths of suite_mod), with the
