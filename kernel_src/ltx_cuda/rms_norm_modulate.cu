@@ -54,12 +54,23 @@ struct ModulateEpilogue {
 // LTX-Video's AdaLN exactly: bf16 rows of 2048, one [B,1,D] scale/shift row per batch, no weight.
 // 64 threads per row hold its 4 x 16-byte vectors packed (16 registers) from the streaming load to
 // the evict-first store; the epilogue unpacks them again (Vec::f_again) instead of keeping 32 fp32
-// copies alive across the reduction, 32-bit row arithmetic, and the batch index is computed after
-// the reduction, so nothing delays the loads. Same operations in the same order as the generic
-// kernel (bit-identical results). H200 figures: BENCHMARKS.md §1.
+// copies alive across the reduction. Every load is unconditional (a past-the-end row reads the last
+// row and stores nothing), the row arithmetic is 32-bit, and the batch row of scale/shift is
+// located while the loads are in flight. The sum of squares follows row_norm.cuh's order (even and
+// odd columns, then their sum), so results equal the generic kernel's bit for bit. H200 figures:
+// BENCHMARKS.md §1.
 namespace packed {
 constexpr int kGroup = 64, kVecs = 4, kRows = 2, kMinBlocks = 8;
 constexpr int kDim = kGroup * kVecs * kPack<__nv_bfloat16>;  // 2048
+
+// The two bf16 of a 32-bit word as fp32 (exact: a bf16 is the top half of its fp32).
+__device__ __forceinline__ float bits_to_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+__device__ __forceinline__ float lo_of(uint32_t w) { return bits_to_float(w << 16); }
+__device__ __forceinline__ float hi_of(uint32_t w) { return bits_to_float(w & 0xffff0000u); }
 
 __global__ void __launch_bounds__(kGroup * kRows, kMinBlocks)
     kernel(const __nv_bfloat16* x, __nv_bfloat16* out, const __nv_bfloat16* scale,
@@ -69,26 +80,29 @@ __global__ void __launch_bounds__(kGroup * kRows, kMinBlocks)
   const int lane = static_cast<int>(threadIdx.x) % kGroup;
   const int row = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / kGroup;
   const bool active = row < rows;  // the last block's second row may be past the end
-  const int64_t at = int64_t(row) * kDim + lane * W;
+  const int src = active ? row : rows - 1;
+  const int64_t at = int64_t(src) * kDim + lane * W;
   Vec<T, W> v[kVecs];
 #pragma unroll
-  for (int j = 0; j < kVecs; ++j) {
-    if (active)
-      v[j].load_stream(x + at + j * kStride);
-    else
-      v[j].zero();
-  }
-  float ss[1] = {0.0f};
+  for (int j = 0; j < kVecs; ++j) v[j].load_stream(x + at + j * kStride);
+  using Mod = Modulation<T, false>;
+  const typename Mod::Ptrs mod = Mod::at(scale, shift, nullptr, src / tokens, 0, batch_stride, 0, lane * W);
+
+  float even = 0.0f, odd = 0.0f;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j)
 #pragma unroll
-    for (int i = 0; i < W; ++i) ss[0] = fmaf(v[j].f(i), v[j].f(i), ss[0]);
+    for (int w = 0; w < W / 2; ++w) {
+      uint32_t word;
+      memcpy(&word, reinterpret_cast<const char*>(v[j].v) + 4 * w, 4);
+      even = fmaf(lo_of(word), lo_of(word), even);
+      odd = fmaf(hi_of(word), hi_of(word), odd);
+    }
+  float ss[1] = {even + odd};
   group_sum<kGroup, kGroup * kRows, 1, true>(ss);
   if (!active) return;
   const float inv_rms = rsqrtf(ss[0] / static_cast<float>(kDim) + eps);
 
-  using Mod = Modulation<T, false>;
-  const typename Mod::Ptrs mod = Mod::at(scale, shift, nullptr, row / tokens, 0, batch_stride, 0, lane * W);
 #pragma unroll
   for (int j0 = 0; j0 < kVecs; j0 += kAuxBatch) {
     typename Mod::template Aux<W> aux[kAuxBatch];
