@@ -132,16 +132,23 @@ def time_calls(fn: Callable[..., Any], input_sets: Sequence[tuple], device: torc
     """Per-call times in microseconds, cycling through `input_sets` so caches don't serve repeats.
 
     On the GPU each sample is one CUDA-event interval around `inner` back-to-back calls, queued behind a
-    short device-side sleep so the host is ahead and the interval holds GPU time, not Python launch time.
+    device-side sleep that outlasts the host's queueing of them (measured once, slept for twice that, at
+    least ~1 ms), so the interval holds GPU time, not Python launch time.
     """
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])
     _sync(device)
     times = []
     if device.type == "cuda":
+        t0 = time.perf_counter()
+        for i in range(inner):
+            fn(*input_sets[i % len(input_sets)])
+        queue_s = time.perf_counter() - t0
+        _sync(device)
+        sleep_cycles = max(2_000_000, int(2 * queue_s * 2e9))  # cycles at ~2 GHz; slower clocks sleep longer
         for _ in range(iters):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(2_000_000)  # ~1 ms of GPU time while the host queues the calls below
+            torch.cuda._sleep(sleep_cycles)
             start.record()
             for i in range(inner):
                 fn(*input_sets[i % len(input_sets)])
