@@ -34,7 +34,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional, Union
 
 from ..layers import LayerMatch, Mode, kernelize as _kernelize_layers, kernelized_layers, use_kernel_mapping
-from ..layers.kernelize import KernelizeFallback, mode_conflict, restore_forward
+from ..layers.kernelize import KernelizeFallback, kernelized_forward, mode_conflict, restore_forward
 from ..layers.mode import check_kernelize_mode
 
 if TYPE_CHECKING:
@@ -195,16 +195,16 @@ def ltx_block_layer(kernel: ModuleType) -> type:
             hidden_states = hidden_states + attn_hidden_states
             norm_hidden_states = rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, self.norm2.eps)
         ff_output = self.ff(norm_hidden_states)
+        # A following block runs this same forward: kernelize links it (`_link_blocks`, decided there,
+        # not here, so that torch.compile traces no test of the other module's forward).
         following = getattr(self, _NEXT_BLOCK, None)
-        if (following is not None and add_rms_norm_modulate is not None and type(following) is type(self)
-                and getattr(following.forward, "__func__", None) is forward
-                and ff_output.shape == hidden_states.shape and ff_output.dtype == dtype
-                and ff_output.is_contiguous()):
+        if (following is not None and add_rms_norm_modulate is not None
+                and ff_output.shape == hidden_states.shape and ff_output.dtype == dtype):
             # The feed-forward's gated residual and the following block's AdaLN in one pass: that block
             # takes its normalised input from here when it gets exactly this hidden_states and temb.
             shift_next, scale_next = _adaln_rows(following, temb, dtype, 2)
             hidden_states, norm_next = add_rms_norm_modulate(
-                hidden_states, ff_output, scale_next, shift_next, gate_mlp,
+                hidden_states, ff_output.contiguous(), scale_next, shift_next, gate_mlp,
                 _norm_weight(following.norm1, dtype), following.norm1.eps)
             setattr(following, _PENDING, (hidden_states, temb, norm_next))
             return hidden_states
@@ -502,17 +502,25 @@ def unkernelize(obj: Any) -> Any:
 
 
 def _link_blocks(model: "nn.Module") -> None:
-    """Point each LTX block at the one after it in its ModuleList (for the cross-block AdaLN fusion).
+    """Point each kernelized LTX block at the one after it in its ModuleList when that one runs the same
+    kernelized forward (for the cross-block AdaLN fusion; a hook that wraps it later still calls it).
     Stored in __dict__, so the link is no submodule: state_dict, .to() and module traversal ignore it."""
     from torch import nn
     from diffusers.models.transformers.transformer_ltx import LTXVideoTransformerBlock
+
+    def block_forward(module: Optional["nn.Module"]) -> Optional[Callable]:
+        if type(module) is not LTXVideoTransformerBlock:
+            return None
+        func = getattr(kernelized_forward(module), "__func__", None)
+        return func if any(func is layer.forward for layer in _block_layers.values()) else None
 
     for blocks in model.modules():
         if not isinstance(blocks, nn.ModuleList):
             continue
         for block, following in zip(blocks, list(blocks)[1:] + [None]):
             if type(block) is LTXVideoTransformerBlock:
-                linked = following if type(following) is LTXVideoTransformerBlock else None
+                mine = block_forward(block)
+                linked = following if mine is not None and block_forward(following) is mine else None
                 block.__dict__[_NEXT_BLOCK] = linked
                 block.__dict__.pop(_PENDING, None)
 

@@ -186,6 +186,12 @@ def replace_forward(module: "nn.Module", layer: type) -> None:
     state[_LAYER] = layer
 
 
+def kernelized_forward(module: "nn.Module") -> Optional[Callable]:
+    """The bound kernel-layer forward kernelize installed on this module (None if not kernelized); it
+    stays the one that runs when a hook added later wraps `forward`."""
+    return module.__dict__.get(_INSTALLED)
+
+
 def restore_forward(module: "nn.Module") -> bool:
     """Give a kernelized module its original forward back; False if it was not kernelized."""
     state = module.__dict__
