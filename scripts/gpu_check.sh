@@ -2,7 +2,7 @@
 # The GPU run (NVIDIA H200 via the device machine): build the CUDA variant with our builder, run the GPU
 # correctness suite, compute-sanitizer memcheck on every op, and the op benchmarks. Logs land in $OUT.
 # Usage on the GPU machine, from the repo root:  OUT=/tmp/out bash scripts/gpu_check.sh [steps...]
-# steps: build tests memcheck bench modbench sweep modexp e2e timeline (default: build tests memcheck bench)
+# steps: build tests memcheck bench modbench sweep modexp e2e workspace timeline (default: build tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/hubkernels-gpu}
 mkdir -p "$OUT"
@@ -32,6 +32,11 @@ for step in $steps; do
     sweep)    for g in 32 64 128 256; do echo "LTX_ROW_GROUP=$g"; LTX_ROW_GROUP=$g python3 -m hubkernels bench \
                 --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
     modexp)   (cd scripts/exp_modulate && bash build.sh > "$OUT/modexp_build.log" 2>&1 && ./bench --spin-us 400) 2>&1 | tee "$OUT/modexp.log" | tail -30 ;;
+    workspace) for ws in default 0 4096; do  # cuBLASLt workspace (KiB): do the ~280 pre-GEMM memsets and their gaps go?
+                echo "CUBLASLT_WORKSPACE_SIZE=$ws"
+                ( [ "$ws" = default ] || export CUBLASLT_WORKSPACE_SIZE=$ws
+                  python3 scripts/ltx_e2e.py --modes eager+kernels --warmup 5 --iters 20 2>&1 | grep -A3 "^mode" ); done \
+                | tee "$OUT/workspace.log" ;;
     timeline) python3 scripts/ltx_timeline.py --graph 2>&1 | tee "$OUT/timeline.log" | grep -v Warning | tail -60 ;;
   esac
 done
