@@ -118,6 +118,32 @@ def _rope_args(code: str, prologue: str) -> list[tuple[str, str]]:
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(f".{prologue}.default")]
 
 
+def test_regional_compile_of_the_kernelized_blocks(ltx):
+    """diffusers' compile_repeated_blocks (the blocks share compiled graphs): the hand-over between
+    blocks crosses the graphs and stays in use, a second input reuses the graphs without picking up the
+    first one's hand-over, and the depth adds no graphs (first, middle and last block: three)."""
+    from torch._dynamo.utils import counters
+
+    layers = 4
+    config = dict(TINY_CONFIG, num_layers=layers)
+    model = tiny_ltx(config)
+    first, second = ltx_inputs(config, seed=1), ltx_inputs(config, seed=2)
+    with torch.no_grad():
+        ref_first, ref_second = model(**first)[0], model(**second)[0]
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        torch._dynamo.reset()
+        counters.clear()
+        model.compile_repeated_blocks(fullgraph=True)
+        out_first = model(**first)[0]
+        out_second = model(**second)[0]
+        calls = op_calls(lambda: model(**first))
+    # Inductor's own fp32 code differs from eager by ~1e-5 here; a stale hand-over would be off by O(1).
+    torch.testing.assert_close(out_first, ref_first, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out_second, ref_second, rtol=1e-4, atol=1e-4)
+    assert calls["add_rms_norm_modulate"] == 2 * layers - 1 and calls["rms_norm_modulate"] == 1
+    assert counters["stats"]["unique_graphs"] <= 3
+
+
 def test_compiled_forward_computes_the_rope_inputs_once(ltx, rope_mode):
     """Inductor recomputes cheap pointwise results in front of every extern kernel that reads them; the
     RoPE positions and frequencies come from one opaque op instead, so every block's
