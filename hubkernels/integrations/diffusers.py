@@ -129,7 +129,9 @@ _block_layers: dict[int, type] = {}
 
 # Kernelized LTX blocks hand the next block its AdaLN output: kernelize links each block to the one
 # after it (a plain attribute, not a submodule), and a block leaves (hidden_states, temb, normalised)
-# on the next one, which uses it only for that very hidden_states and temb, and clears it.
+# on the next one, which uses it only for that very hidden_states and temb, and clears it. It holds
+# under torch.compile of the whole model and of each block (diffusers' compile_repeated_blocks: three
+# block graphs, first, middle and last, whatever the depth); both are tested.
 _NEXT_BLOCK = "_hubkernels_next_block"
 _PENDING = "_hubkernels_pending_adaln"
 
