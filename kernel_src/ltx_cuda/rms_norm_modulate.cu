@@ -56,9 +56,9 @@ struct ModulateEpilogue {
 // the evict-first store; the epilogue unpacks them again (Vec::f_again) instead of keeping 32 fp32
 // copies alive across the reduction. Every load is unconditional (a past-the-end row reads the last
 // row and stores nothing), the row arithmetic is 32-bit, and the batch row of scale/shift is
-// located and prefetched into L1 while the loads are in flight. The sum of squares follows
-// row_norm.cuh's order (even and odd columns, then their sum), so results equal the generic
-// kernel's bit for bit. H200 figures: BENCHMARKS.md §1.
+// located while the loads are in flight. The sum of squares follows row_norm.cuh's order (even and
+// odd columns, then their sum), so results equal the generic kernel's bit for bit. H200 figures:
+// BENCHMARKS.md §1.
 namespace packed {
 constexpr int kGroup = 64, kVecs = 4, kRows = 2, kMinBlocks = 8;
 constexpr int kDim = kGroup * kVecs * kPack<__nv_bfloat16>;  // 2048
@@ -86,12 +86,7 @@ __global__ void __launch_bounds__(kGroup * kRows, kMinBlocks)
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) v[j].load_stream(x + at + j * kStride);
   using Mod = Modulation<T, false>;
-  const int b = src / tokens;
-  const typename Mod::Ptrs mod = Mod::at(scale, shift, nullptr, b, 0, batch_stride, 0, lane * W);
-  // The batch's scale and shift rows are 32 lines of 128 bytes each: lane l asks for line l % 32 of
-  // one of them now, so a cold row (first use, or evicted since) arrives while x is in flight.
-  constexpr int kLine = 128 / sizeof(T);
-  prefetch_l1((lane < 32 ? scale : shift) + int64_t(b) * batch_stride + (lane % 32) * kLine);
+  const typename Mod::Ptrs mod = Mod::at(scale, shift, nullptr, src / tokens, 0, batch_stride, 0, lane * W);
 
   float even = 0.0f, odd = 0.0f;
 #pragma unroll

@@ -169,17 +169,6 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
   __device__ __forceinline__ void set(int i, float x) { v[i] = from_float<T>(x); }
 };
 
-// Asks for p's 128-byte line in L1 (and so in L2) without waiting for it or holding a register: for a
-// small operand that a kernel reads only late (AdaLN's scale/shift rows, after the reduction), so
-// that its first, cold read does not stall the whole first wave of blocks at once. No-op on the host.
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-#if defined(__CUDA_ARCH__)
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-#else
-  (void)p;
-#endif
-}
-
 // ---- reductions ---------------------------------------------------------------------------------
 
 // Sum over the 32 lanes of a warp; every lane gets the total (same order on every lane).
