@@ -1,7 +1,8 @@
 """H200 experiment (2026-12-01): is rms_norm_modulate's placement sensitivity the x/out buffers (DRAM) or its
 scale/shift rows? For each of N placements (fresh x buffers, the earlier ones kept alive so the driver hands out
 new memory; all allocated before the warm-up, so each x is its own cudaMalloc as in `hubkernels bench`), rms_norm and rms_norm_modulate run on the *same* x sets (and so the same recycled output block),
-then modulate again with scale/shift moved: a fresh small tensor, and views at several offsets in one 2 MB block.
+then modulate again with scale/shift moved: a fresh small tensor, views at several offsets in one 2 MB block, and
+one scale/shift pair per x set ("cold": as `hubkernels bench` rotates them, each pair is out of L2 when used again).
 Under `ncu --nvtx --nvtx-include prof/` one call of each kernel per placement is profiled (range "prof": rms, mod).
 Run from the repo root after `hubkernels build`: python scripts/exp_modulate/harness_shared_x.py [N]"""
 import statistics
@@ -42,7 +43,8 @@ placements = [([rnd(B, S, D) for _ in range(3)], 0.1 * rnd(B, 1, D), 0.1 * rnd(B
 hb.warm_up_device(dev)
 keep = []
 block = torch.empty(1 << 20, device=dev, dtype=torch.bfloat16)  # 2 MB: scale/shift views at chosen offsets
-print("p  x0%2M   out%2M  sc%2M |   rms   mod  mod/newss  mod@off0  mod@off64K  mod@off1M | mod-rms", flush=True)
+print("p  x0%2M   out%2M  sc%2M |   rms   mod  mod/newss  mod@off0  mod@off64K  mod@off1M  mod/cold | mod-rms",
+      flush=True)
 for p in range(N):
     xs, sc, sh = placements[p]
     first = mod(xs[0], sc, sh)  # kept alive while timing, as `hubkernels bench` keeps its first output
@@ -58,10 +60,13 @@ for p in range(N):
         vsc = block[off:off + B * D].view(B, 1, D)
         vsh = block[off + B * D:off + 2 * B * D].view(B, 1, D)
         offs[off] = t(mod, [(x, vsc, vsh) for x in xs])
+    cold = [(x, 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D)) for x in xs]
+    keep.append(cold)
+    m_cold = t(mod, cold)
     r2, m2 = t(rms, sets), t(mod, sets)
     r, m = min(r1, r2), min(m1, m2)
     print(f"{p:<2} {xs[0].data_ptr() % (1 << 21):7x} {out_ptr % (1 << 21):7x} {sc.data_ptr() % (1 << 21):6x} | "
-          f"{r:5.2f} {m:5.2f} {m_new:9.2f} {offs[0]:9.2f} {offs[32768]:10.2f} {offs[524288]:9.2f} | {m - r:+.2f}"
+          f"{r:5.2f} {m:5.2f} {m_new:9.2f} {offs[0]:9.2f} {offs[32768]:10.2f} {offs[524288]:9.2f} {m_cold:9.2f} | {m - r:+.2f}"
           f"   (rms {r1:.2f}/{r2:.2f} mod {m1:.2f}/{m2:.2f})", flush=True)
     prof(rms, sets[0])
     prof(mod, sets[0])
