@@ -216,22 +216,28 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
         return torch.randn(*shape, device=dev, dtype=dt, generator=gen)
 
     B, S, D = batch, tokens, hidden
-    sets: dict[str, list[tuple]] = {
-        "rms_norm": [(rnd(B, S, D),) for _ in range(rotate)],
-        "rms_norm_modulate": [(rnd(B, S, D), 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D)) for _ in range(rotate)],
-        "rms_norm_weight": [(rnd(B, S, D), 1 + 0.1 * rnd(D)) for _ in range(rotate)],
-        "add_rms_norm_modulate": [(rnd(B, S, D), rnd(B, S, D), 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D))
-                                  for _ in range(rotate)],
-        "rope_interleaved_qk": [(rnd(B, S, D), rnd(B, S, D), rnd(B, S, D, dt=torch.float32).cos(),
-                                 rnd(B, S, D, dt=torch.float32).sin()) for _ in range(rotate)],
-        "gelu_tanh": [(rnd(B, S, ff),) for _ in range(rotate)],
-        "gated_residual": [(rnd(B, S, D), rnd(B, S, D), 0.1 * rnd(B, 1, D)) for _ in range(rotate)],
-        "qk_rms_norm_rope": [(rnd(B, S, D), rnd(B, S, D), 1 + 0.1 * rnd(D), 1 + 0.1 * rnd(D),
-                              rnd(B, S, D, dt=torch.float32).cos(), rnd(B, S, D, dt=torch.float32).sin())
-                             for _ in range(rotate)],
+    # Each op's inputs are made just before it is timed and freed after it, so every op runs on buffers the
+    # allocator hands out the same way (same-sized inputs get the same blocks, carved from the segments the
+    # copy-bandwidth reference ran on): at the LTX shape a buffer's placement alone moves one kernel by up to
+    # 1 us (BENCHMARKS.md §1), which must not decide which op looks faster.
+    sets: dict[str, Callable[[], list[tuple]]] = {
+        "rms_norm": lambda: [(rnd(B, S, D),) for _ in range(rotate)],
+        "rms_norm_modulate": lambda: [(rnd(B, S, D), 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D))
+                                      for _ in range(rotate)],
+        "rms_norm_weight": lambda: [(rnd(B, S, D), 1 + 0.1 * rnd(D)) for _ in range(rotate)],
+        "add_rms_norm_modulate": lambda: [(rnd(B, S, D), rnd(B, S, D), 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D))
+                                          for _ in range(rotate)],
+        "rope_interleaved_qk": lambda: [(rnd(B, S, D), rnd(B, S, D), rnd(B, S, D, dt=torch.float32).cos(),
+                                         rnd(B, S, D, dt=torch.float32).sin()) for _ in range(rotate)],
+        "gelu_tanh": lambda: [(rnd(B, S, ff),) for _ in range(rotate)],
+        "gated_residual": lambda: [(rnd(B, S, D), rnd(B, S, D), 0.1 * rnd(B, 1, D)) for _ in range(rotate)],
+        "qk_rms_norm_rope": lambda: [(rnd(B, S, D), rnd(B, S, D), 1 + 0.1 * rnd(D), 1 + 0.1 * rnd(D),
+                                      rnd(B, S, D, dt=torch.float32).cos(), rnd(B, S, D, dt=torch.float32).sin())
+                                     for _ in range(rotate)],
         # Positions of a 16 x 16 x 24 latent grid (LTX-Video 2B at 768x512, 121 frames), repeated to S tokens.
-        "qk_rms_norm_rope_grid": [(rnd(B, S, D), rnd(B, S, D), 1 + 0.1 * rnd(D), 1 + 0.1 * rnd(D),
-                                   _ltx_positions(B, S, dev), rope_freqs(D, 10000.0, dev)) for _ in range(rotate)],
+        "qk_rms_norm_rope_grid": lambda: [(rnd(B, S, D), rnd(B, S, D), 1 + 0.1 * rnd(D), 1 + 0.1 * rnd(D),
+                                           _ltx_positions(B, S, dev), rope_freqs(D, 10000.0, dev))
+                                          for _ in range(rotate)],
     }
     eps6, eps5 = 1e-6, 1e-5
     impls: dict[str, dict[str, Callable[..., Any]]] = {
@@ -268,7 +274,7 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
     report = Report(device=_device_name(dev), torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
                     shape=[B, S, D], copy_gbps=round(copy_gbps, 1))
     for op in selected:
-        inputs = sets[op]
+        inputs = sets[op]()
         candidates = dict(impls[op])
         if compile_peers:
             eager = candidates.get("eager") or candidates.get("F.rms_norm")
@@ -281,7 +287,7 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
             nbytes = _nbytes(*inputs[0]) + _nbytes(out)  # every input read once, every output written once
             pct = 100 * (nbytes / (med * 1e-6) / 1e9) / copy_gbps
             report.rows.append(Row(op, name, round(med, 2), nbytes, round(pct, 1), _rel_err(out, ref), len(times)))
-        del candidates
+        del candidates, inputs, ref, out
     return report
 
 
