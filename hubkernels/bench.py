@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .errors import UsageError
+
 
 @dataclass
 class Row:
@@ -264,9 +266,12 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
     impls["rms_norm_weight"].pop("eager")  # torch.nn.RMSNorm's eager forward *is* F.rms_norm: time it once
     if ops:
         selected = list(ops)
-        missing = [op for op in selected if op in impls and not hasattr(kernel, _KERNEL_OP.get(op, op))]
+        unknown = [op for op in selected if op not in impls]
+        if unknown:
+            raise UsageError(f"no bench for {', '.join(unknown)}; choose from {', '.join(impls)}")
+        missing = [op for op in selected if not hasattr(kernel, _KERNEL_OP.get(op, op))]
         if missing:
-            raise ValueError(f"{kernel.__name__} has no {', '.join(missing)} (built before it was added); rebuild it")
+            raise UsageError(f"{kernel.__name__} has no {', '.join(missing)} (built before it was added); rebuild it")
     else:  # every op this build has (an older build lacks the newer ones)
         selected = [op for op in impls if hasattr(kernel, _KERNEL_OP.get(op, op))]
     warm_up_device(dev)
