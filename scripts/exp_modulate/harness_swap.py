@@ -2,7 +2,7 @@
 reference and first output alive), time rms_norm_modulate's "ours" sets again, rms_norm on those x, modulate on
 clones of them (new blocks, same values), and on fresh random sets made there; then modulate on rms_norm's x.
 It tells whether modulate's 28.5 us there (27.3-27.7 in harness_shared_x) follows the buffers, the values or the
-process state. Run from the repo root after `hubkernels build`: python scripts/exp_modulate/harness_swap.py"""
+process state; first, whether it follows the block the op's output lands on (one 48 MiB block taken away). Run from the repo root after `hubkernels build`: python scripts/exp_modulate/harness_swap.py"""
 import statistics
 
 import torch
@@ -25,6 +25,12 @@ def spy(fn, inputs, dev, warmup, iters, inner=10):
     arity = len(inputs[0])
     if arity == 3 and "mod" not in seen:  # the first candidate of each op is "ours"
         seen["mod"] = inputs
+        where = lambda: (mod(*inputs[0]).data_ptr() - inputs[0][0].data_ptr()) >> 20  # noqa: E731
+        o0 = where()
+        hold = torch.empty_like(inputs[0][0])  # takes the free block the op's output lands on
+        print(f"output block at x0{o0:+d} MiB: {med(mod, inputs, dev):.2f} us;  that block taken, output at "
+              f"x0{where():+d} MiB: {med(mod, inputs, dev):.2f} us, rms_norm {med(rms, inputs, dev):.2f}", flush=True)
+        del hold
         clones = [tuple(t.clone() for t in s) for s in inputs]
         fresh = [(torch.randn_like(x), 0.1 * torch.randn_like(sc), 0.1 * torch.randn_like(sh)) for x, sc, sh in inputs]
         print(f"modulate sets: bench {statistics.median(times):.2f}  again {med(mod, inputs, dev):.2f}  "
