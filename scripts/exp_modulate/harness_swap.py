@@ -2,7 +2,8 @@
 reference and first output alive), time rms_norm_modulate's "ours" sets again, rms_norm on those x, modulate on
 clones of them (new blocks, same values), and on fresh random sets made there; then modulate on rms_norm's x.
 It tells whether modulate's 28.5 us there (27.3-27.7 in harness_shared_x) follows the buffers, the values or the
-process state; first, whether it follows the block the op's output lands on (one 48 MiB block taken away). Run from the repo root after `hubkernels build`: python scripts/exp_modulate/harness_swap.py"""
+process state; first, whether it follows the block the op's output lands on (one 48 MiB block taken away).
+Run from the repo root after `hubkernels build`: python scripts/exp_modulate/harness_swap.py"""
 import statistics
 
 import torch
