@@ -218,10 +218,9 @@ def run(kernel: Any, *, device: str = "cuda", dtype: torch.dtype = torch.bfloat1
         return torch.randn(*shape, device=dev, dtype=dt, generator=gen)
 
     B, S, D = batch, tokens, hidden
-    # Each op's inputs are made just before it is timed and freed after it, so every op runs on buffers the
-    # allocator hands out the same way (same-sized inputs get the same blocks, carved from the segments the
-    # copy-bandwidth reference ran on): at the LTX shape a buffer's placement alone moves one kernel by up to
-    # 1 us (BENCHMARKS.md §1), which must not decide which op looks faster.
+    # Each op's inputs are made just before it is timed and freed after it, so every op starts from the same
+    # allocator state (same-sized inputs get the same blocks, carved from the segments the copy-bandwidth
+    # reference ran on) and the memory held does not grow with the number of ops.
     sets: dict[str, Callable[[], list[tuple]]] = {
         "rms_norm": lambda: [(rnd(B, S, D),) for _ in range(rotate)],
         "rms_norm_modulate": lambda: [(rnd(B, S, D), 0.1 * rnd(B, 1, D), 0.1 * rnd(B, 1, D))
