@@ -1,7 +1,9 @@
 """H200 experiment (2026-12-01): is rms_norm_modulate's fast state (27.3-27.5 us) L2 hits on leftover lines of its
 own inputs? Its streaming policies (x loaded L1::no_allocate, y stored evict-first) do not displace lines that
 other kernels left in the L2 at normal priority. Each op is timed on the same x sets after 100 rms_norm calls on
-them (the fast state), without and with a 256 MB write of a scratch buffer (normal priority) before every sample.
+them (the fast state), without and with a 256 MB read of a scratch buffer before every sample. The flush reads: its
+lines enter the L2 clean and at normal priority, and dirty lines of earlier outputs are written back before the
+timed interval, not during it (a write flush would leave 50 MB of dirty lines for the timed calls to write back).
 Run from the repo root after `hubkernels build`: python scripts/exp_modulate/harness_l2.py"""
 import statistics
 
@@ -15,7 +17,7 @@ dev = torch.device("cuda")
 B, S, D = 2, 6144, 2048
 sets = [(torch.randn(B, S, D, device=dev, dtype=torch.bfloat16), 0.1 * torch.randn(B, 1, D, device=dev,
          dtype=torch.bfloat16), 0.1 * torch.randn(B, 1, D, device=dev, dtype=torch.bfloat16)) for _ in range(3)]
-scratch = torch.empty(1 << 27, device=dev, dtype=torch.bfloat16)
+scratch = torch.ones(1 << 27, device=dev, dtype=torch.bfloat16)
 mod = lambda x, sc, sh: k.rms_norm_modulate(x, sc, sh, None, 1e-6)  # noqa: E731
 rms = lambda x, *_: k.rms_norm(x, None, 1e-6)  # noqa: E731
 
@@ -24,7 +26,7 @@ def sample_us(fn, flush):
     times = []
     for i in range(40):
         if flush:
-            scratch.fill_(i)
+            scratch.sum(dtype=torch.float32)
         torch.cuda._sleep(2_000_000)
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
