@@ -281,6 +281,17 @@ def test_trust_remote_code_must_be_a_bool_or_a_list(published, cache) -> None:
 # -- bad input ------------------------------------------------------------------------------------------------
 
 
+def test_a_private_kernel_loads_with_a_token_and_without_one_says_to_set_it(hub, tmp_path, cache, monkeypatch) -> None:
+    repo_id = new_repo()
+    upload(make_kernel(tmp_path / "k"), repo_id=repo_id, private=True)
+    assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 1  # the session's HF_TOKEN
+    monkeypatch.delenv("HF_TOKEN")
+    monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    with pytest.raises(KernelNotFoundError, match=f"no kernel repository {repo_id} .*private repositories also need "
+                                                  "HF_TOKEN"):
+        get_kernel(repo_id, version=1, cache_dir=tmp_path / "other-cache")
+
+
 def test_unknown_repo_version_or_revision_lists_what_exists(published, cache) -> None:
     with pytest.raises(KernelNotFoundError, match="no kernel repository hubkernels/does-not-exist on http"):
         get_kernel("hubkernels/does-not-exist", version=1, cache_dir=cache)

@@ -411,6 +411,61 @@ def test_repositories_survive_a_restart_on_the_same_root(tmp_path):
         second.stop()
 
 
+def test_private_repos_answer_only_clients_with_a_token(api, local_hub, cache, tmp_path):
+    repo_id = f"org/private-{uuid.uuid4().hex[:8]}"
+    api.create_repo(repo_id, repo_type="kernel", private=True)
+    api.upload_folder(folder_path=kernel_folder(tmp_path / "k"), repo_id=repo_id, repo_type="kernel")  # LFS too
+    so = "build/torch213-cxx11-cpu-x86_64-linux/_relu_cpu_abc1234.abi3.so"
+    assert api.kernel_info(repo_id).private is True
+    assert Path(hf_hub_download(repo_id, so, repo_type="kernel", endpoint=local_hub.url, token=TOKEN,
+                                cache_dir=cache)).read_bytes() == SO_BYTES
+    anonymous = HfApi(endpoint=local_hub.url, token=False)
+    for call in (lambda: anonymous.kernel_info(repo_id), lambda: anonymous.list_repo_refs(repo_id, repo_type="kernel"),
+                 lambda: anonymous.list_repo_files(repo_id, repo_type="kernel"),
+                 lambda: hf_hub_download(repo_id, "README.md", repo_type="kernel", endpoint=local_hub.url,
+                                         token=False, cache_dir=tmp_path / "anonymous")):
+        with pytest.raises(RepositoryNotFoundError, match="private and the request was not authenticated"):
+            call()
+    # huggingface_hub 2.4's update_repo_settings takes no kernel repo type: its PUT, sent as it would be
+    settings = urllib.request.Request(f"{local_hub.url}/api/kernels/{repo_id}/settings", method="PUT",
+                                      data=json.dumps({"visibility": "public"}).encode(),
+                                      headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+    assert json.load(urllib.request.urlopen(settings)) == {"private": False}
+    assert anonymous.kernel_info(repo_id).private is False
+    assert Path(hf_hub_download(repo_id, so, repo_type="kernel", endpoint=local_hub.url, token=False,
+                                cache_dir=tmp_path / "anonymous")).read_bytes() == SO_BYTES
+
+
+def test_update_repo_settings_switches_visibility_and_needs_a_token(api, local_hub):
+    repo_id = f"org/model-{uuid.uuid4().hex[:8]}"
+    api.create_repo(repo_id, private=True)
+    anonymous = HfApi(endpoint=local_hub.url, token=False)
+    with pytest.raises(RepositoryNotFoundError):
+        anonymous.model_info(repo_id)
+    api.update_repo_settings(repo_id, private=False)
+    assert anonymous.model_info(repo_id).private is False
+    api.update_repo_settings(repo_id, visibility="private")
+    with pytest.raises(RepositoryNotFoundError):
+        anonymous.model_info(repo_id)
+    with pytest.raises(HfHubHTTPError) as refused:
+        anonymous.update_repo_settings(repo_id, private=False)
+    assert refused.value.response.status_code == 401
+    assert api.model_info(repo_id).private is True
+
+
+def test_a_private_repo_stays_private_after_a_restart(tmp_path):
+    first = start_hub(tmp_path / "root")
+    HfApi(endpoint=first.url, token=TOKEN).create_repo("org/secret", repo_type="kernel", private=True)
+    first.stop()
+    second = start_hub(tmp_path / "root")
+    try:
+        assert HfApi(endpoint=second.url, token=TOKEN).kernel_info("org/secret").private is True
+        with pytest.raises(RepositoryNotFoundError):
+            HfApi(endpoint=second.url, token=False).kernel_info("org/secret")
+    finally:
+        second.stop()
+
+
 # -- observability and fault injection --------------------------------------------------------------------------
 
 

@@ -91,18 +91,43 @@ def _param(request: Request, name: str) -> str:
     return unquote(request.path_params[name])
 
 
+def _private_in(body: dict[str, Any]) -> bool | None:
+    """The visibility a create or settings body asks for: ``visibility`` ("private" / "public", huggingface_hub
+    >= 1.x) or the older ``private`` flag; None when it says neither."""
+    visibility = body.get("visibility")
+    if visibility is not None:
+        if visibility not in ("private", "public"):
+            raise HubError(400, f"Invalid visibility {visibility!r}: use 'private' or 'public' (or 'protected' for "
+                           "Spaces, which this hub does not serve).")
+        return visibility == "private"
+    private = body.get("private")
+    if private is not None and not isinstance(private, bool):
+        raise HubError(400, f"'private' must be true or false, not {private!r}.")
+    return private
+
+
+def _visible(request: Request, repo: Repo) -> Repo:
+    """The repo, unless it is private and the request carries no token: then 401 RepoNotFound, as the Hub answers
+    anonymous clients (this hub takes any bearer token as the owner's)."""
+    if repo.private and not request.headers.get("authorization"):
+        raise HubError(401, f"Repository not found: {repo.repo_type} {repo.repo_id} does not exist on this hub, or it "
+                       "is private and the request was not authenticated: send a token (HF_TOKEN).", "RepoNotFound")
+    return repo
+
+
 def _api_repo(request: Request) -> Repo:
-    """The repo named by ``/api/{t}/{org}/{name}/...`` (404 RepoNotFound if absent)."""
+    """The repo named by ``/api/{t}/{org}/{name}/...`` (404 RepoNotFound if absent, 401 if private and anonymous)."""
     plural = _param(request, "t")
     repo_type = _PLURALS.get(plural)
     repo_id = f"{_param(request, 'org')}/{_param(request, 'name')}"
     if repo_type is None:
         raise HubError(404, f"Unknown repo type {plural!r} in the URL: use one of {', '.join(_PLURALS)}.")
-    return _hub(request).storage.repo(repo_type, repo_id)
+    return _visible(request, _hub(request).storage.repo(repo_type, repo_id))
 
 
-def _file_repo(request: Request, repo_type: str) -> Repo:
-    return _hub(request).storage.repo(repo_type, f"{_param(request, 'org')}/{_param(request, 'name')}")
+def _file_repo(request: Request, repo_type: str, *, check_access: bool = True) -> Repo:
+    repo = _hub(request).storage.repo(repo_type, f"{_param(request, 'org')}/{_param(request, 'name')}")
+    return _visible(request, repo) if check_access else repo
 
 
 async def _json_body(request: Request) -> Any:
@@ -177,7 +202,8 @@ async def create_repo(request: Request) -> Response:
     repo_id = f"{org}/{name}"
     url = _repo_url(request, repo_type, repo_id)
     try:
-        await run_in_threadpool(_hub(request).storage.create_repo, repo_type, repo_id)
+        await run_in_threadpool(lambda: _hub(request).storage.create_repo(repo_type, repo_id,
+                                                                          private=bool(_private_in(body))))
     except HubError as exc:
         if exc.status != 409:
             raise
@@ -215,12 +241,24 @@ def repo_info(request: Request) -> Response:
     org = repo.repo_id.split("/")[0]
     info: dict[str, Any] = {
         "_id": repo.repo_id, "id": repo.repo_id, "author": org, "sha": commit, "lastModified": hub_date(meta.timestamp),
-        "private": False, "disabled": False, "gated": False, "downloads": 0, "likes": 0, "tags": [],
+        "private": repo.private, "disabled": False, "gated": False, "downloads": 0, "likes": 0, "tags": [],
         "siblings": siblings,
     }
     if repo.repo_type == "model":
         info["modelId"] = repo.repo_id
     return JSONResponse(info)
+
+
+async def update_settings(request: Request) -> Response:
+    """``PUT /api/{t}/{org}/{name}/settings``: the visibility (HfApi.update_repo_settings); needs a token."""
+    if not request.headers.get("authorization"):
+        raise HubError(401, "Invalid credentials in Authorization header: send any bearer token to change settings.")
+    body = await _json_body(request)
+    repo = _api_repo(request)
+    private = _private_in(body)
+    if private is not None:
+        await run_in_threadpool(repo.set_private, private)
+    return JSONResponse({"private": repo.private})
 
 
 def list_refs(request: Request) -> Response:
@@ -366,7 +404,7 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
 
 async def lfs_upload(request: Request, repo_type: str) -> Response:
     hub = _hub(request)
-    await run_in_threadpool(_file_repo, request, repo_type)
+    await run_in_threadpool(lambda: _file_repo(request, repo_type, check_access=False))  # the href is the grant
     oid, size = _param(request, "oid"), int(request.path_params["size"])
     writer = hub.storage.lfs_writer(oid, size)
     try:
@@ -564,6 +602,7 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
         Route("/api/organizations/{org}/overview", organization_overview, methods=["GET"]),
         Route(api, repo_info, methods=["GET"]),
         Route(f"{api}/revision/{{rev}}", repo_info, methods=["GET"]),
+        Route(f"{api}/settings", update_settings, methods=["PUT"]),
         Route(f"{api}/refs", list_refs, methods=["GET"]),
         Route(f"{api}/tree/{{rev}}", list_tree, methods=["GET"]),
         Route(f"{api}/tree/{{rev}}/{{path:path}}", list_tree, methods=["GET"]),

@@ -241,6 +241,10 @@ class _LRU:
                 self._data.popitem(last=False)
 
 
+#: A private repository holds this file beside its git data (git ignores it; a restart keeps it).
+PRIVATE_MARKER = "hubkernels-private"
+
+
 class Repo:
     """One bare git repository: read a revision's tree, commit operations, manage branches and tags."""
 
@@ -250,6 +254,19 @@ class Repo:
         self.repo_id = repo_id
         self.path = path
         self.lock = storage._repo_lock(path)
+
+    @property
+    def private(self) -> bool:
+        """Whether reading it needs a token (as on the Hub: anonymous clients are told it does not exist)."""
+        return (self.path / PRIVATE_MARKER).is_file()
+
+    def set_private(self, private: bool) -> None:
+        with self.lock:
+            marker = self.path / PRIVATE_MARKER
+            if private:
+                marker.write_text("private\n")
+            else:
+                marker.unlink(missing_ok=True)
 
     # -- git plumbing -------------------------------------------------------------------------------------------
 
@@ -559,7 +576,7 @@ class Storage:
             raise repo_not_found(repo_type, repo_id)
         return Repo(self, repo_type, repo_id, path)
 
-    def create_repo(self, repo_type: str, repo_id: str) -> Repo:
+    def create_repo(self, repo_type: str, repo_id: str, *, private: bool = False) -> Repo:
         """A new repository whose ``main`` holds one commit with the default ``.gitattributes``; 409 if it exists."""
         if repo_type not in REPO_TYPES:
             raise HubError(400, f"Invalid repo type {repo_type!r}: use one of {', '.join(REPO_TYPES)}.")
@@ -575,6 +592,8 @@ class Storage:
                 tree = repo.git("mktree", input=f"100644 blob {blob}\t.gitattributes\n".encode()).decode().strip()
                 commit = repo._commit_tree(tree, [], "initial commit", SYSTEM_AUTHOR)
                 repo.git("update-ref", "refs/heads/main", commit, NULL_SHA)
+                if private:
+                    (staging / PRIVATE_MARKER).write_text("private\n")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staging, path)
             except BaseException:
