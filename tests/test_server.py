@@ -431,6 +431,12 @@ def test_private_repos_answer_only_clients_with_a_token(api, local_hub, cache, t
                                       data=json.dumps({"visibility": "public"}).encode(),
                                       headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
     assert json.load(urllib.request.urlopen(settings)) == {"private": False}
+    for body in (b'["private"]', b'{"visibility": "secret"}', b'{"private": "yes"}'):
+        bad = urllib.request.Request(settings.full_url, method="PUT", data=body, headers=settings.headers)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(bad)
+        assert refused.value.code == 400
+    assert anonymous.kernel_info(repo_id).private is False  # a refused body changes nothing
     assert anonymous.kernel_info(repo_id).private is False
     assert Path(hf_hub_download(repo_id, so, repo_type="kernel", endpoint=local_hub.url, token=False,
                                 cache_dir=tmp_path / "anonymous")).read_bytes() == SO_BYTES

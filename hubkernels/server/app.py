@@ -254,6 +254,8 @@ async def update_settings(request: Request) -> Response:
     if not request.headers.get("authorization"):
         raise HubError(401, "Invalid credentials in Authorization header: send any bearer token to change settings.")
     body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise HubError(400, 'The settings body must be a JSON object, e.g. {"visibility": "private"}.')
     repo = _api_repo(request)
     private = _private_in(body)
     if private is not None:
