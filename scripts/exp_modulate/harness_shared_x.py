@@ -1,7 +1,10 @@
 """H200 experiment (2026-12-01): is rms_norm_modulate's placement sensitivity the x/out buffers (DRAM) or its
-scale/shift rows? For each of N placements (fresh x buffers, the earlier ones kept alive so the driver hands out
-new memory; all allocated before the warm-up, so each x is its own cudaMalloc as in `hubkernels bench`), rms_norm and rms_norm_modulate run on the *same* x sets (and so the same recycled output block),
-then modulate again with scale/shift moved: a fresh small tensor, views at several offsets in one 2 MB block, and
+scale/shift rows? (Later runs showed neither: it is fast here because rms_norm reads the same x first; see
+harness_swap.py and BENCHMARKS.md §1.) For each of N placements (fresh x buffers, the earlier ones kept alive so
+the driver hands out new memory; all allocated before the warm-up, so each x is its own cudaMalloc as in
+`hubkernels bench`), rms_norm and rms_norm_modulate run on the *same* x sets (and so the same recycled output
+block), rms_norm first; then modulate again with scale/shift moved: a fresh small tensor, views at several offsets
+in one 2 MB block, and
 one scale/shift pair per x set ("cold": as `hubkernels bench` rotates them, each pair is out of L2 when used again).
 Under `ncu --nvtx --nvtx-include prof/` one call of each kernel per placement is profiled (range "prof": rms, mod).
 Run from the repo root after `hubkernels build`: python scripts/exp_modulate/harness_shared_x.py [N]"""
@@ -66,7 +69,8 @@ for p in range(N):
     r2, m2 = t(rms, sets), t(mod, sets)
     r, m = min(r1, r2), min(m1, m2)
     print(f"{p:<2} {xs[0].data_ptr() % (1 << 21):7x} {out_ptr % (1 << 21):7x} {sc.data_ptr() % (1 << 21):6x} | "
-          f"{r:5.2f} {m:5.2f} {m_new:9.2f} {offs[0]:9.2f} {offs[32768]:10.2f} {offs[524288]:9.2f} {m_cold:9.2f} | {m - r:+.2f}"
+          f"{r:5.2f} {m:5.2f} {m_new:9.2f} {offs[0]:9.2f} {offs[32768]:10.2f} {offs[524288]:9.2f} {m_cold:9.2f} | "
+          f"{m - r:+.2f}"
           f"   (rms {r1:.2f}/{r2:.2f} mod {m1:.2f}/{m2:.2f})", flush=True)
     prof(rms, sets[0])
     prof(mod, sets[0])
