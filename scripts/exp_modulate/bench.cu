@@ -688,6 +688,14 @@ void for_each_variant(Sink& k) {
   k.template pipe<32, 4, 1, Mod::Global, NC, PL, 8>(kOneShot);
   k.template pipe<128, 1, 1, Mod::Global, NC, PL, 1>(kOneShot);
   k.template pipe<128, 1, 1, Mod::Global, NC, PL, 12>(kOneShot);
+  // around the flushed ranking's winner (2026-12-01, third session): caps, policies, early scale/shift
+  k.template pipe<128, 1, 1, Mod::None, NC, PL, 12>(kOneShot);
+  k.template pipe<128, 1, 1, Mod::Global, NC, PL, 14>(kOneShot);
+  k.template pipe<128, 1, 1, Mod::Global, NC, PL, 16>(kOneShot);
+  k.template pipe<128, 1, 1, Mod::Global, NC, CS, 12>(kOneShot);
+  k.template pipe<128, 1, 1, Mod::Global, NA, PL, 12>(kOneShot);
+  k.template pipe<128, 1, 1, Mod::Reg, NC, PL, 12>(kOneShot);
+  k.template pipe<256, 1, 1, Mod::Global, NC, PL, 8>(kOneShot);
   k.template pipe<128, 2, 1, Mod::Global, NC, PL, 6>(kOneShot);
 
   // -- persistent, register pipeline: x of the next S - 1 row blocks in flight during this one
