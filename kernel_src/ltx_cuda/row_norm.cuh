@@ -304,9 +304,11 @@ inline int row_group_override() {
 // 8 16-byte vectors of x for K = 1 and 2 per tensor for K = 2 (where cos/sin, twice the bytes of
 // x, are in registers too): one warp per row up to 1024 bf16, two warps (4 vectors a lane) for
 // 1025..2048 bf16 (LTX's width: measured best on the H200), else 64..512 threads per row, else two passes.
+// `group` (K = 1): threads per row for that 1025..2048 class instead of 64, unless LTX_ROW_GROUP is
+// set; a caller that must sum in the order of a packed kernel of that shape passes it.
 template <class T, int K, class Ep>
 void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
-                     bool wide, cudaStream_t stream) {
+                     bool wide, cudaStream_t stream, int group = 64) {
   if (rows <= 0 || dim <= 0) return;  // a zero-size grid is a launch error
   if (!wide) {
     constexpr int N = Ep::kNarrow;
@@ -323,7 +325,8 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 128) return launch_resident<T, W, 32, 4>(in, ep, rows, dim, eps, stream);
     if (chunks <= 256) {
-      switch (row_group_override()) {  // benchmarking hook: threads per row for this (LTX) size class
+      // LTX_ROW_GROUP: the benchmarking hook for threads per row of this (LTX) size class
+      switch (row_group_override() != 0 ? row_group_override() : group) {
         case 32: return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
         case 128: return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
         case 256: return launch_resident<T, W, 256, 1>(in, ep, rows, dim, eps, stream);
