@@ -63,7 +63,8 @@ struct ModulateEpilogue {
 // the shape add_rms_norm_modulate takes here. H200 figures: BENCHMARKS.md §1.
 namespace packed {
 constexpr int kThreads = 128, kVecs = 2, kMinBlocks = 12;
-constexpr int kDim = kThreads * kVecs * kPack<__nv_bfloat16>;  // 2048
+constexpr int kDim = kThreads * kVecs * kPack<__nv_bfloat16>;
+static_assert(kDim == 2048, "the width ltx_adaln_shape selects");
 
 // The two bf16 of a 32-bit word as fp32 (exact: a bf16 is the top half of its fp32).
 __device__ __forceinline__ float bits_to_float(uint32_t u) {
