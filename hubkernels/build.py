@@ -20,7 +20,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
+from ._version import __version__
 from .config import BuildConfig, load_config
 from .digest import hash_variant
 from .errors import BuildError

@@ -64,7 +64,7 @@ def _cmd_variants(args: argparse.Namespace) -> int:
 
 def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hubkernels", description="Build, publish and load kernels through the Hugging Face Hub.")
-    from . import __version__
+    from ._version import __version__
 
     parser.add_argument("--version", action="version", version=f"hubkernels {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

@@ -12,7 +12,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from . import __version__
+from ._version import __version__
 from .metadata import Metadata
 from .platform import Variant
 

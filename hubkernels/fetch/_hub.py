@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from .. import __version__
+from .._version import __version__
 from ..errors import HubkernelsError
 from ._local import TreeEntry
 
