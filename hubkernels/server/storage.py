@@ -86,11 +86,26 @@ def check_repo_name(org: str, name: str) -> None:
                                 "at most 96 characters, no '--' or '..', not ending in '.git'.")
 
 
+MAX_PATH_LENGTH = 1024
+"""The longest file path a commit may add, in UTF-8 bytes."""
+MAX_PATH_DEPTH = 64
+"""The most path components (folders plus the file) a commit may add."""
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def check_path_in_repo(path: str) -> str:
-    """Normalise a file path of a commit and reject ones git or the Hub would refuse."""
+    """Normalise a file path of a commit and reject ones git or the Hub would refuse, or too long or deep."""
+    if not isinstance(path, str):
+        raise HubError(400, f"Invalid path in repo {path!r}: a path is a string.")
     path = path.strip("/")
     parts = path.split("/")
-    if not path or any(p in ("", ".", "..") for p in parts) or parts[0] == ".git" or "\0" in path:
+    if _CONTROL_RE.search(path):
+        raise HubError(400, f"Invalid path in repo {path[:200]!r}: control characters (newline, NUL ...) are not "
+                            "allowed in file names.")
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_LENGTH or len(parts) > MAX_PATH_DEPTH:
+        raise HubError(400, f"Invalid path in repo {path[:80]!r}...: at most {MAX_PATH_LENGTH} bytes and "
+                            f"{MAX_PATH_DEPTH} levels deep.")
+    if not path or any(p in ("", ".", "..") for p in parts) or parts[0] == ".git":
         raise HubError(400, f"Invalid path in repo {path!r}: use a relative path without '.', '..' or '.git' parts.")
     return path
 
@@ -177,11 +192,17 @@ class Snapshot:
         return [e for e in self.entries.values() if e.type == "file"]
 
     def walk(self, directory: str = "") -> Iterator[Entry]:
-        """Every entry under ``directory``, depth first, directories before their contents."""
-        for entry in self.children.get(directory, []):
+        """Every entry under ``directory``, depth first, directories before their contents (no recursion, so
+        no tree is too deep to list)."""
+        stack = [iter(self.children.get(directory, []))]
+        while stack:
+            entry = next(stack[-1], None)
+            if entry is None:
+                stack.pop()
+                continue
             yield entry
             if entry.type == "directory":
-                yield from self.walk(entry.path)
+                stack.append(iter(self.children.get(entry.path, [])))
 
     def file(self, path: str) -> Entry:
         entry = self.entries.get(path)
@@ -243,6 +264,9 @@ class _LRU:
 
 #: A private repository holds this file beside its git data (git ignores it; a restart keeps it).
 PRIVATE_MARKER = "hubkernels-private"
+#: The large-file objects a repository may name, one empty file per sha256 (uploaded to it, or in its history).
+OBJECT_LINKS = "hubkernels-objects"
+_LINKS_SCANNED = ".scanned"
 
 
 class Repo:
@@ -267,6 +291,35 @@ class Repo:
                 marker.write_text("private\n")
             else:
                 marker.unlink(missing_ok=True)
+
+    # -- large-file objects this repository may name ------------------------------------------------------------
+
+    def link_object(self, sha256: str) -> None:
+        """Record that this repository may name the stored object ``sha256`` (it was uploaded to it)."""
+        links = self.path / OBJECT_LINKS
+        links.mkdir(exist_ok=True)
+        (links / self.storage.lfs_path(sha256).name).touch()
+
+    def has_object(self, sha256: str) -> bool:
+        """Whether the object ``sha256`` was uploaded to this repository or is named in its history."""
+        if not _SHA256_RE.match(sha256):
+            return False
+        links = self.path / OBJECT_LINKS
+        if (links / sha256).is_file():
+            return True
+        if not (links / _LINKS_SCANNED).is_file():  # a repository from before links existed: link its history once
+            for pointer in self._history_pointers():
+                self.link_object(pointer)
+            links.mkdir(exist_ok=True)
+            (links / _LINKS_SCANNED).touch()
+            return (links / sha256).is_file()
+        return False
+
+    def _history_pointers(self) -> set[str]:
+        out = self.git("cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
+        small = [oid for oid, kind, size in (line.split() for line in out.decode().splitlines())
+                 if kind == "blob" and int(size) <= MAX_POINTER_SIZE]
+        return {p.sha256 for p in self.storage._pointers_of(self, small).values()}
 
     # -- git plumbing -------------------------------------------------------------------------------------------
 
@@ -448,9 +501,9 @@ class Repo:
         if op.kind == "file":
             return op.content
         size = self.storage.lfs_size(op.lfs_oid)
-        if size is None or (op.lfs_size is not None and op.lfs_size != size):
-            raise HubError(400, f"LFS object {op.lfs_oid} (size {op.lfs_size}) for {op.path!r} was never uploaded: "
-                                "upload it through the LFS batch API before committing.")
+        if size is None or (op.lfs_size is not None and op.lfs_size != size) or not self.has_object(op.lfs_oid):
+            raise HubError(400, f"LFS object {op.lfs_oid} (size {op.lfs_size}) for {op.path!r} was never uploaded "
+                                f"to {self.repo_id}: upload it first (LFS batch API), then commit.")
         return LfsPointer.render(op.lfs_oid, size)
 
     def _write_blobs(self, contents: list[bytes]) -> Iterator[str]:
@@ -565,7 +618,9 @@ class Storage:
         return self.repos_dir / f"{repo_type}s" / org / f"{name}.git"
 
     def repo(self, repo_type: str, repo_id: str) -> Repo:
-        """The repository, or a 404 ``RepoNotFound``."""
+        """The repository, or a 404 ``RepoNotFound`` (400 for a name with control characters)."""
+        if _CONTROL_RE.search(repo_id):
+            raise HubError(400, f"Invalid repo name {repo_id!r}: control characters are not allowed in names.")
         if repo_type not in REPO_TYPES or repo_id.count("/") != 1:
             raise repo_not_found(repo_type, repo_id)
         try:
@@ -592,6 +647,8 @@ class Storage:
                 tree = repo.git("mktree", input=f"100644 blob {blob}\t.gitattributes\n".encode()).decode().strip()
                 commit = repo._commit_tree(tree, [], "initial commit", SYSTEM_AUTHOR)
                 repo.git("update-ref", "refs/heads/main", commit, NULL_SHA)
+                (staging / OBJECT_LINKS).mkdir()
+                (staging / OBJECT_LINKS / _LINKS_SCANNED).touch()
                 if private:
                     (staging / PRIVATE_MARKER).write_text("private\n")
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -607,6 +664,13 @@ class Storage:
             doomed = Path(tempfile.mkdtemp(dir=self.tmp_dir, prefix="deleted-"))
             os.replace(repo.path, doomed / "repo.git")
         shutil.rmtree(doomed, ignore_errors=True)
+
+    def is_private(self, repo_type: str, repo_id: str) -> bool:
+        """Whether this names an existing private repository (False for anything invalid or absent)."""
+        try:
+            return (self.repo_path(repo_type, repo_id) / PRIVATE_MARKER).is_file()
+        except HubError:
+            return False
 
     def list_repos(self) -> list[tuple[str, str]]:
         """Every (type, repo_id) stored."""
@@ -677,6 +741,9 @@ class LfsWriter:
         self._size = 0
 
     def write(self, chunk: bytes) -> None:
+        if self.expected_size is not None and self._size + len(chunk) > self.expected_size:
+            raise HubError(400, f"More bytes than announced for LFS object {self.sha256} ({self.expected_size}): "
+                                "upload the exact file bytes.")
         self._file.write(chunk)
         self._hash.update(chunk)
         self._size += len(chunk)
@@ -704,27 +771,32 @@ def decode_commit_lines(lines: list[dict]) -> tuple[dict, list[Operation]]:
     header: dict = {}
     ops: list[Operation] = []
     for item in lines:
-        key, value = item.get("key"), item.get("value")
+        key, value = (item.get("key"), item.get("value")) if isinstance(item, dict) else (None, None)
         if not isinstance(value, dict):
             raise HubError(400, f"Malformed commit line {item!r}: expected {{'key': ..., 'value': {{...}}}}.")
         if key == "header":
+            for name in ("summary", "description", "parentCommit"):
+                if value.get(name) is not None and not isinstance(value[name], str):
+                    raise HubError(400, f"The commit header's {name!r} must be a string.")
             header = value
         elif key == "file":
             if value.get("encoding", "base64") != "base64":
                 raise HubError(400, f"Unsupported encoding {value.get('encoding')!r}: send base64 content.")
             try:
                 content = base64.b64decode(value.get("content", ""), validate=True)
-            except ValueError:
+            except (TypeError, ValueError):
                 raise HubError(400, f"Content of {value.get('path')!r} is not valid base64.") from None
-            ops.append(Operation("file", check_path_in_repo(str(value.get("path", ""))), content=content))
+            ops.append(Operation("file", check_path_in_repo(value.get("path", "")), content=content))
         elif key == "lfsFile":
             if value.get("algo", "sha256") != "sha256":
                 raise HubError(400, f"Unsupported LFS hash algorithm {value.get('algo')!r}: use sha256.")
-            size = value.get("size")
-            ops.append(Operation("lfsFile", check_path_in_repo(str(value.get("path", ""))),
-                                 lfs_oid=str(value.get("oid", "")), lfs_size=int(size) if size is not None else None))
+            size, oid = value.get("size"), value.get("oid")
+            if not isinstance(oid, str) or (size is not None and (not isinstance(size, int) or size < 0)):
+                raise HubError(400, f"Malformed lfsFile line for {value.get('path')!r}: oid is a sha256 string and "
+                                    "size an integer >= 0.")
+            ops.append(Operation("lfsFile", check_path_in_repo(value.get("path", "")), lfs_oid=oid, lfs_size=size))
         elif key in ("deletedFile", "deletedFolder"):
-            ops.append(Operation(key, check_path_in_repo(str(value.get("path", "")))))
+            ops.append(Operation(key, check_path_in_repo(value.get("path", ""))))
         else:
             raise HubError(400, f"Unsupported commit operation {key!r}: this hub accepts header, file, lfsFile, "
                                 "deletedFile and deletedFolder.")
