@@ -42,16 +42,20 @@ class LimitsMiddleware:
                                      f"limit of {limit} bytes.")
             return
         received = 0
+        body_done = False
         timeout = self.limits.read_timeout_s
 
         async def bounded_receive() -> dict:
-            nonlocal received
+            nonlocal received, body_done
+            if body_done:  # later calls wait for a disconnect while the answer streams: no bound on those
+                return await receive()
             try:
                 with anyio.fail_after(timeout):
                     message = await receive()
             except TimeoutError:
                 raise HubError(408, f"The request body stalled for {timeout:g} s: send it without pauses.",
                                headers={"Connection": "close"}) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:

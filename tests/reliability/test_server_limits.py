@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import select
+import socket
 import subprocess
 import sys
 import time
@@ -164,3 +165,19 @@ def test_a_client_that_never_finishes_its_request_is_dropped(hub_process, record
     assert timings["headers"][0] < 10 and timings["headers"][1] == b""
     assert timings["body"][0] < 10 and timings["body"][1] == b"HTTP/1.1 408"
     assert proc_figures(proc.pid)["fds"] <= fds + 1
+
+
+def test_a_slow_reader_of_a_long_download_is_not_cut_off_by_the_read_timeout(limited, tmp_path, record):
+    big = bytes(range(256)) * (64 << 10)  # 16 MiB: more than the socket buffers hold
+    HfApi(endpoint=limited.url, token=TEST_TOKEN).upload_file(path_or_fileobj=big, path_in_repo="big.bin",
+                                                              repo_id="org/target", repo_type="kernel")
+    port = int(limited.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(b"GET /kernels/org/target/resolve/main/big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        data = s.recv(65536)
+        time.sleep(2.5)  # longer than the hub's 1 s read timeout, while its answer waits on us
+        while chunk := s.recv(1 << 20):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    record(1, int(body != big), pause_s=2.5, read_timeout_s=1.0)
+    assert head.startswith(b"HTTP/1.1 200") and body == big
