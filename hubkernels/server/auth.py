@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from filelock import FileLock
+
 TOKENS_FILE = "tokens.json"
 ROLES = ("read", "write")
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
@@ -53,11 +55,9 @@ class Identity:
     admin: bool = False
 
     def member_of(self, namespace: str) -> bool:
-        """Whether ``namespace`` is the user's own or one of its organizations (case-insensitive, as on the Hub)."""
-        return namespace.lower() in {self.user.lower(), *(o.lower() for o in self.orgs)}
-
-    def can_write(self, namespace: str) -> bool:
-        return self.role == "write" and self.member_of(namespace)
+        """Whether ``namespace`` is the user's own or one of its organizations (exactly: this hub's names are
+        case-sensitive, so ``ORG`` is not ``org``)."""
+        return namespace == self.user or namespace in self.orgs
 
 
 def hash_token(token: str) -> str:
@@ -123,7 +123,7 @@ class TokenStore:
         state = self._current()
         return [{"id": r.id, "user": r.user, "orgs": list(state.users.get(r.user, [])), "role": r.role,
                  "admin": r.admin, "created": r.created, "name": r.name}
-                for r in sorted(state.records.values(), key=lambda r: (r.created, r.id))]
+                for r in state.records.values()]  # in order of creation
 
     # -- writing ------------------------------------------------------------------------------------------------
 
@@ -142,7 +142,7 @@ class TokenStore:
         check_name("user", user)
         orgs = [check_name("organization", o) for o in orgs]
         token = "hf_" + secrets.token_urlsafe(30)
-        with self._lock:
+        with self._lock, self._file_lock():
             state = self._load()
             known = state.users.setdefault(user, [])
             known.extend(o for o in orgs if o not in known)
@@ -156,7 +156,7 @@ class TokenStore:
         """Remove a stored token given by its id (from `list`) or its plain text; False when none matched."""
         if self.path is None:
             return False
-        with self._lock:
+        with self._lock, self._file_lock():
             state = self._load()
             digest = hash_token(token_or_id)
             doomed = [k for k, r in state.records.items() if r.id == token_or_id or k == digest]
@@ -167,6 +167,12 @@ class TokenStore:
         return bool(doomed)
 
     # -- file ---------------------------------------------------------------------------------------------------
+
+    def _file_lock(self) -> FileLock:
+        """Serialises writers of the file across processes (two `token create` at once both land)."""
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.path) + ".lock", timeout=30)
 
     def _current(self) -> _State:
         if self.path is None:
@@ -202,7 +208,7 @@ class TokenStore:
     def _save(self, state: _State) -> None:
         assert self.path is not None
         data = {"users": state.users,
-                "tokens": [r.__dict__ for r in sorted(state.records.values(), key=lambda r: (r.created, r.id))]}
+                "tokens": [r.__dict__ for r in state.records.values()]}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tokens-")
         try:

@@ -201,3 +201,10 @@ def test_whoami_answers_for_the_tokens_user_and_its_orgs(attacked):
     assert status == 200 and me["name"] == "reader" and [o["name"] for o in me["orgs"]] == ["org"]
     assert me["auth"]["accessToken"]["role"] == "read"
     assert http(f"{attacked.url}/api/whoami-v2")[0] == 401
+
+
+def test_a_members_token_does_not_reach_a_namespace_spelled_in_another_case(attacked, record):
+    status, _, _ = post_json(f"{attacked.url}/api/repos/create", {"type": "kernel", "name": "x", "organization": "ORG"},
+                             TEST_TOKEN)
+    record(1, int(status != 403))
+    assert status == 403

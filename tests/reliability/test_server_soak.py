@@ -92,12 +92,16 @@ def test_token_cli_creates_lists_and_revokes_and_the_server_follows(tmp_path, re
     token = _token(root, "--user", "alice", "--org", "acme", "--org", "tools", "--write",
                    command=[sys.executable, "-m", "hubkernels", "serve"])
     reader = _token(root, "--user", "bob", "--org", "acme")
+    racing = [subprocess.Popen([*SERVER, "token", "create", "--root", str(root), "--user", f"racer{i}"],
+                               stdout=subprocess.PIPE, cwd=ROOT) for i in range(4)]
+    assert [p.wait(timeout=120) for p in racing] == [0] * 4  # four writers at once: none is lost (checked below)
     stored = (root / "tokens.json").read_text()
     assert token not in stored and reader not in stored and token.startswith("hf_")
     listed = json.loads(subprocess.run([*SERVER, "token", "list", "--json", "--root", str(root)], capture_output=True,
                                        text=True, cwd=ROOT, timeout=60).stdout)
-    assert [(t["user"], t["role"], t["orgs"]) for t in listed] == [("alice", "write", ["acme", "tools"]),
-                                                                   ("bob", "read", ["acme"])]
+    assert [(t["user"], t["role"], t["orgs"]) for t in listed][:2] == [("alice", "write", ["acme", "tools"]),
+                                                                       ("bob", "read", ["acme"])]
+    assert sorted(t["user"] for t in listed[2:]) == [f"racer{i}" for i in range(4)]
     proc, url = _start(root)
     try:
         assert json.loads(http(f"{url}/api/whoami-v2", token=token)[2])["name"] == "alice"
@@ -111,7 +115,7 @@ def test_token_cli_creates_lists_and_revokes_and_the_server_follows(tmp_path, re
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    record(5)
+    record(9)
     assert after_revoke == 401
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
 
