@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -334,6 +335,24 @@ def test_commit_to_missing_branch_and_unknown_lfs_object_are_refused(api, kernel
     status, headers, payload = http(f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main", "POST",
                                     {"Content-Type": "application/x-ndjson", **AUTH}, body)
     assert status == 400 and "never uploaded" in json.loads(payload)["error"]
+
+
+def test_a_root_from_before_object_links_still_commits_objects_of_its_own_history(api, kernel_repo, local_hub):
+    oid = hashlib.sha256(SO_BYTES).hexdigest()
+    links = local_hub.root / "repos" / "kernels" / f"{kernel_repo}.git" / "hubkernels-objects"
+    shutil.rmtree(links)  # what a repository created before per-repo object links looks like
+    body = "\n".join(json.dumps(line) for line in (
+        {"key": "header", "value": {"summary": "copy"}},
+        {"key": "lfsFile", "value": {"path": "copy.so", "algo": "sha256", "oid": oid, "size": len(SO_BYTES)}},
+    )).encode()
+    status, _, payload = http(f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main", "POST",
+                              {"Content-Type": "application/x-ndjson", **AUTH}, body)
+    assert status == 200, payload
+    assert (links / oid).is_file()
+    # and an upload href's verify step needs its grant too
+    verify = f"{local_hub.url}/kernels/{kernel_repo}.git/info/lfs/objects/{oid}/verify"
+    assert http(verify, "POST", {"Content-Type": "application/json", **AUTH},
+                json.dumps({"oid": oid, "size": len(SO_BYTES)}).encode())[0] == 403
 
 
 # -- errors -----------------------------------------------------------------------------------------------------
