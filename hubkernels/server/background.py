@@ -70,8 +70,9 @@ def serve(host: str = "127.0.0.1", port: int = 0, root: Path | None = None, trus
         store = Path(root) if root is not None else Path(tmp)
         store.mkdir(parents=True, exist_ok=True)
         if not is_loopback(host) and not TokenStore(store, tokens).configured():
+            where = f"--root {store}" if root is not None else "--root DIR (and serve that --root)"
             raise ServeError(f"Refusing to serve on {host} with no token configured: create one first with "
-                             f"`hubkernels serve token create --user NAME --write --root {store}`.")
+                             f"`hubkernels serve token create --user NAME --write {where}`.")
         app = create_app(store, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold, tokens=tokens,
                          test_mode=test_mode, limits=limits)
         sock = _bind(host, port)

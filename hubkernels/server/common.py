@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .auth import GrantSigner, Identity, TokenStore
+from .auth import GrantSigner, Identity, TokenError, TokenStore
 from .control import HubControl
 from .storage import REPO_TYPES, Entry, HubError, Repo, Storage, hub_date, matches_patterns
 
@@ -139,7 +139,10 @@ def identity(request: Request) -> Identity | None:
     if header is None:
         return None
     scheme, _, token = header.strip().partition(" ")
-    found = hub(request).tokens.lookup(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+    try:
+        found = hub(request).tokens.lookup(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+    except TokenError as exc:  # a damaged tokens.json: the operator's to fix, said on every authenticated call
+        raise HubError(503, str(exc)) from None
     if found is None:
         raise HubError(401, INVALID_CREDENTIALS)
     return found

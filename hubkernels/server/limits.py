@@ -7,6 +7,7 @@ sending its body. `header_timeout_protocol` closes connections whose request hea
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -67,7 +68,7 @@ class LimitsMiddleware:
 
 
 async def _refuse(send: Any, status: int, message: str) -> None:
-    body = ('{"error": "%s"}' % message.replace('"', "'")).encode()
+    body = json.dumps({"error": message}).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
         (b"connection", b"close"), (b"x-error-message", header_safe(message).encode("latin-1"))]})
