@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -77,6 +78,9 @@ def serve(host: str = "127.0.0.1", port: int = 0, root: Path | None = None, trus
                          test_mode=test_mode, limits=limits)
         sock = _bind(host, port)
         print(f"Hub listening on {_url(host, sock.getsockname()[1])} (root {store.resolve()})", flush=True)
+        if not app.state.hub.tokens.configured():
+            print(f"No token yet: clients can only read. For HF_TOKEN: hubkernels serve token create --user NAME "
+                  f"--org ORG --write --root {store.resolve()}", file=sys.stderr, flush=True)
         uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
 
 
