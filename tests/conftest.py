@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hubfixture import free_port  # noqa: E402  (imports neither huggingface_hub nor hubkernels)
+from hubfixture import TEST_TOKEN, free_port  # noqa: E402  (imports neither huggingface_hub nor hubkernels)
 
 
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="hubkernels-tests-"))
@@ -26,7 +26,7 @@ os.environ["HF_HUB_DISABLE_XET"] = "1"
 os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")
 os.environ["HF_HUB_CACHE"] = str(_SESSION_TMP / "hf-cache")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("HF_TOKEN", "hf_local_test_token")  # our Hub accepts any token; some calls want one
+os.environ["HF_TOKEN"] = TEST_TOKEN  # a write token of the orgs tests publish to (hubfixture.TEST_ORGS)
 os.environ.pop("HF_HUB_OFFLINE", None)
 os.environ.pop("LOCAL_KERNELS", None)
 
@@ -69,7 +69,8 @@ def ltx(ltx_build):
 
 @pytest.fixture(scope="session")
 def hub(session_tmp):
-    """A Hub-compatible server (ours) on 127.0.0.1, the endpoint huggingface_hub was pointed at."""
+    """A Hub-compatible server (ours) on 127.0.0.1, the endpoint huggingface_hub was pointed at; in test mode,
+    knowing the suite's HF_TOKEN and hubfixture.ADMIN_TOKEN."""
     pytest.importorskip("starlette", reason="the local Hub needs starlette and uvicorn (pip install hubkernels)")
     pytest.importorskip("uvicorn", reason="the local Hub needs starlette and uvicorn (pip install hubkernels)")
     from hubfixture import start_hub

@@ -16,6 +16,23 @@ from typing import TYPE_CHECKING, Iterable
 if TYPE_CHECKING:
     from hubkernels.server import BackgroundHub
 
+TEST_USER = "local-user"
+TEST_TOKEN = "hf_local_test_token"
+"""The suite's HF_TOKEN: a write token of `TEST_USER`, a member of `TEST_ORGS`."""
+TEST_ORGS = ("hubkernels", "org", "someone", "someone-else", "trusted-later", "trusted-org", "skill-test", "acme",
+             "kernels-test", "other")
+"""The organizations tests publish to; a test that publishes under a new organization adds it here."""
+ADMIN_TOKEN = "hf_local_admin_token"
+"""An admin token (no write rights) for the test-mode control routes ``/_hubkernels/...``."""
+
+
+def test_tokens() -> list:
+    """The tokens every test hub knows: `TEST_TOKEN` (write) and `ADMIN_TOKEN`."""
+    from hubkernels.server import TokenSpec
+
+    return [TokenSpec(TEST_TOKEN, TEST_USER, TEST_ORGS, write=True),
+            TokenSpec(ADMIN_TOKEN, "hub-admin", admin=True)]
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that was free a moment ago (the hub binds it with SO_REUSEADDR)."""
@@ -35,17 +52,21 @@ def client_env(url: str, home: Path) -> dict[str, str]:
         "HF_HOME": str(home / "hf-home"),
         "HF_HUB_CACHE": str(home / "hf-cache"),
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-        "HF_TOKEN": "hf_local_test_token",
+        "HF_TOKEN": TEST_TOKEN,
     }
 
 
 def start_hub(tmp_root: Path, *, trusted_orgs: Iterable[str] = (), port: int = 0,
-              lfs_threshold: int | None = 1024) -> BackgroundHub:
-    """A started hub storing its repositories under ``tmp_root``; call ``.stop()`` when done."""
+              lfs_threshold: int | None = 1024, **options) -> BackgroundHub:
+    """A started hub in test mode storing its repositories under ``tmp_root``, knowing `test_tokens`; call
+    ``.stop()`` when done. ``options`` go to ``BackgroundHub`` (``limits=``, ``tokens=`` ...)."""
     from hubkernels.server import BackgroundHub
 
     Path(tmp_root).mkdir(parents=True, exist_ok=True)
-    return BackgroundHub(Path(tmp_root), port=port, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold)
+    options.setdefault("tokens", test_tokens())
+    options.setdefault("test_mode", True)
+    return BackgroundHub(Path(tmp_root), port=port, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold,
+                         **options)
 
 
 def start_hub_with_env(base: Path, *, trusted_orgs: Iterable[str] = ()) -> BackgroundHub:

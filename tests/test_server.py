@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,10 +43,12 @@ from huggingface_hub.errors import (  # noqa: E402
     RevisionNotFoundError,
 )
 
-from hubfixture import start_hub  # noqa: E402
+from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "hf_local_test_token"
+TOKEN = TEST_TOKEN
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SO_BYTES = bytes(range(256)) * 20  # 5120 bytes: over the 1 KiB threshold, so it goes through LFS
 INIT_PY = b"from ._ops import ops\n"
 
@@ -330,8 +333,26 @@ def test_commit_to_missing_branch_and_unknown_lfs_object_are_refused(api, kernel
         {"key": "lfsFile", "value": {"path": "big.bin", "algo": "sha256", "oid": "ab" * 32, "size": 10}},
     )).encode()
     status, headers, payload = http(f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main", "POST",
-                                    {"Content-Type": "application/x-ndjson"}, body)
+                                    {"Content-Type": "application/x-ndjson", **AUTH}, body)
     assert status == 400 and "never uploaded" in json.loads(payload)["error"]
+
+
+def test_a_root_from_before_object_links_still_commits_objects_of_its_own_history(api, kernel_repo, local_hub):
+    oid = hashlib.sha256(SO_BYTES).hexdigest()
+    links = local_hub.root / "repos" / "kernels" / f"{kernel_repo}.git" / "hubkernels-objects"
+    shutil.rmtree(links)  # what a repository created before per-repo object links looks like
+    body = "\n".join(json.dumps(line) for line in (
+        {"key": "header", "value": {"summary": "copy"}},
+        {"key": "lfsFile", "value": {"path": "copy.so", "algo": "sha256", "oid": oid, "size": len(SO_BYTES)}},
+    )).encode()
+    status, _, payload = http(f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main", "POST",
+                              {"Content-Type": "application/x-ndjson", **AUTH}, body)
+    assert status == 200, payload
+    assert (links / oid).is_file()
+    # and an upload href's verify step needs its grant too
+    verify = f"{local_hub.url}/kernels/{kernel_repo}.git/info/lfs/objects/{oid}/verify"
+    assert http(verify, "POST", {"Content-Type": "application/json", **AUTH},
+                json.dumps({"oid": oid, "size": len(SO_BYTES)}).encode())[0] == 403
 
 
 # -- errors -----------------------------------------------------------------------------------------------------
@@ -481,15 +502,16 @@ def test_request_log_over_http_and_in_process(api, kernel_repo, local_hub):
     expected = [{"method": "GET", "path": f"/api/kernels/{kernel_repo}/refs", "query": "", "status": 200,
                  "range": None, "fault": None}]
     assert local_hub.requests() == expected
-    status, _, body = http(f"{local_hub.url}/_hubkernels/requests")
+    status, _, body = http(f"{local_hub.url}/_hubkernels/requests", headers=ADMIN)
     assert status == 200 and json.loads(body) == expected  # control routes are not logged themselves
-    assert http(f"{local_hub.url}/_hubkernels/requests/reset", "POST")[0] == 200
+    assert http(f"{local_hub.url}/_hubkernels/requests/reset", "POST", ADMIN)[0] == 200
     assert local_hub.requests() == []
 
 
 def test_injected_500_fails_once_then_the_download_succeeds(api, kernel_repo, local_hub, cache):
     rule = {"path_regex": r"/resolve/.*\.so$", "method": "GET", "status": 500, "times": 1}
-    status, _, body = http(f"{local_hub.url}/_hubkernels/faults", "POST", {"Content-Type": "application/json"},
+    status, _, body = http(f"{local_hub.url}/_hubkernels/faults", "POST",
+                           {"Content-Type": "application/json", **ADMIN},
                            json.dumps(rule).encode())
     assert status == 200 and json.loads(body)["times"] == 1
     with pytest.raises(HfHubHTTPError) as err:
@@ -509,7 +531,7 @@ def test_a_failing_hub_falls_back_to_the_warm_cache(kernel_repo, local_hub, cach
     try:
         again = hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)
     finally:
-        http(f"{local_hub.url}/_hubkernels/faults", "DELETE")
+        http(f"{local_hub.url}/_hubkernels/faults", "DELETE", ADMIN)
     assert again == path and local_hub.control.faults() == []
 
 
@@ -539,10 +561,12 @@ def test_a_body_that_never_arrives_leaves_no_complete_looking_file(api, kernel_r
 
 
 def test_bad_fault_rules_are_refused(local_hub):
-    status, _, body = http(f"{local_hub.url}/_hubkernels/faults", "POST", {"Content-Type": "application/json"},
+    status, _, body = http(f"{local_hub.url}/_hubkernels/faults", "POST",
+                           {"Content-Type": "application/json", **ADMIN},
                            json.dumps({"path_regex": "x"}).encode())
     assert status == 400 and "status, truncate_after or delay_s" in json.loads(body)["error"]
-    status, _, _ = http(f"{local_hub.url}/_hubkernels/faults", "POST", {"Content-Type": "application/json"},
+    status, _, _ = http(f"{local_hub.url}/_hubkernels/faults", "POST",
+                        {"Content-Type": "application/json", **ADMIN},
                         json.dumps({"path_regex": "(", "status": 500}).encode())
     assert status == 400
 
@@ -559,6 +583,10 @@ def _cli_commands() -> list[list[str]]:
 
 @pytest.mark.parametrize("command", _cli_commands(), ids=lambda c: " ".join(c[1:3]))
 def test_cli_serve_prints_its_url_and_answers(command, tmp_path):
+    created = subprocess.run([*command, "token", "create", "--user", "alice", "--org", "acme", "--write", "--root",
+                              str(tmp_path / "root")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
     proc = subprocess.Popen([*command, "--port", "0", "--root", str(tmp_path / "root"), "--trusted-org", "acme"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
@@ -567,8 +595,9 @@ def test_cli_serve_prints_its_url_and_answers(command, tmp_path):
         line = proc.stdout.readline().strip()
         assert line.startswith("Hub listening on http://127.0.0.1:") and str(tmp_path / "root") in line
         url = line.split()[3]
-        status, _, body = http(f"{url}/api/whoami-v2", headers={"Authorization": f"Bearer {TOKEN}"})
-        assert status == 200 and json.loads(body)["name"] == "local-user"
+        status, _, body = http(f"{url}/api/whoami-v2", headers={"Authorization": f"Bearer {token}"})
+        assert status == 200 and json.loads(body)["name"] == "alice"
+        assert [o["name"] for o in json.loads(body)["orgs"]] == ["acme"]
         assert json.loads(http(f"{url}/api/organizations/acme/overview")[2])["trustedKernelPublisher"] is True
     finally:
         proc.terminate()

@@ -3,17 +3,22 @@
 Repositories (model, dataset, space, kernel) are bare git repos under a root directory, so commits, branches
 and tags are real and file oids are git's; large files go through the LFS batch API and are stored by sha256.
 The real ``huggingface_hub`` client (2.3+; reads also 1.33) talks to it unchanged when ``HF_ENDPOINT`` points
-at it and ``HF_HUB_DISABLE_XET=1``. Any bearer token is the owner's; a private repo (``create_repo(...,
-private=True)``, ``hubkernels upload --private``, or its settings) answers requests without a token with the Hub's
-401 RepoNotFound. It counts requests and injects faults, for tests of download behaviour.
+at it and ``HF_HUB_DISABLE_XET=1``. Access is the Hub's: tokens (``hubkernels serve token create``, stored
+hashed) are read or write tokens of a user who belongs to organizations; anonymous clients read public repos
+only, writing needs a write token of a member of the repo's namespace, and a private repo answers only its
+members (anonymous clients get the Hub's 401 RepoNotFound). Bodies, paths and request times are bounded. In test
+mode it also serves its request log and fault injection over HTTP, for tests of download behaviour.
 
 This package imports nothing of hubkernels' other stages and never imports ``huggingface_hub``, so a test can
 start it before the client reads ``HF_ENDPOINT``.
 """
 
 from .app import create_app
-from .background import BackgroundHub, serve
+from .auth import Identity, TokenSpec, TokenStore
+from .background import BackgroundHub, ServeError, serve
 from .cli import register_cli
+from .common import Limits
 from .control import Fault, HubControl
 
-__all__ = ["BackgroundHub", "Fault", "HubControl", "create_app", "register_cli", "serve"]
+__all__ = ["BackgroundHub", "Fault", "HubControl", "Identity", "Limits", "ServeError", "TokenSpec", "TokenStore",
+           "create_app", "register_cli", "serve"]

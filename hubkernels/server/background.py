@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -14,7 +16,24 @@ from typing import Any, Iterable
 import uvicorn
 
 from .app import create_app
+from .auth import TokenSpec, TokenStore
+from .common import Limits
 from .control import Fault, HubControl
+from .limits import header_timeout_protocol
+
+
+class ServeError(RuntimeError):
+    """The hub refuses to start as asked (one line saying what to do)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -36,38 +55,53 @@ def _url(host: str, port: int) -> str:
 
 
 def _config(app: Any, log_level: str) -> uvicorn.Config:
-    return uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off",
-                          timeout_graceful_shutdown=2, timeout_keep_alive=30)
+    timeout = app.state.hub.limits.read_timeout_s
+    return uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
+                          timeout_keep_alive=30, http=header_timeout_protocol(timeout))
 
 
 def serve(host: str = "127.0.0.1", port: int = 0, root: Path | None = None, trusted_orgs: Iterable[str] = (),
-          log_level: str = "warning", lfs_threshold: int | None = 1024) -> None:
+          log_level: str = "warning", lfs_threshold: int | None = 1024, *, tokens: Iterable[TokenSpec] = (),
+          test_mode: bool = False, limits: Limits | None = None) -> None:
     """Run the hub until interrupted (Ctrl-C / SIGTERM). ``port`` 0 picks a free port; ``root`` None keeps the
-    repositories in a temporary directory deleted on exit. Prints ``Hub listening on URL (root DIR)`` first."""
+    repositories in a temporary directory deleted on exit. Prints ``Hub listening on URL (root DIR)`` first.
+    Raises `ServeError` for a non-loopback ``host`` while no token exists (anyone could write)."""
+    tokens = list(tokens)
     with tempfile.TemporaryDirectory(prefix="hubkernels-hub-") as tmp:
         store = Path(root) if root is not None else Path(tmp)
         store.mkdir(parents=True, exist_ok=True)
-        app = create_app(store, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold)
+        if not is_loopback(host) and not TokenStore(store, tokens).configured():
+            where = f"--root {store}" if root is not None else "--root DIR (and serve that --root)"
+            raise ServeError(f"Refusing to serve on {host} with no token configured: create one first with "
+                             f"`hubkernels serve token create --user NAME --write {where}`.")
+        app = create_app(store, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold, tokens=tokens,
+                         test_mode=test_mode, limits=limits)
         sock = _bind(host, port)
         print(f"Hub listening on {_url(host, sock.getsockname()[1])} (root {store.resolve()})", flush=True)
+        if not app.state.hub.tokens.configured():
+            print(f"No token yet: clients can only read. For HF_TOKEN: hubkernels serve token create --user NAME "
+                  f"--org ORG --write --root {store.resolve()}", file=sys.stderr, flush=True)
         uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
 
 
 class BackgroundHub:
     """The local hub on ``host:port`` (port 0: a free one) in a daemon thread of this process.
 
-    A context manager; ``url`` is what to give ``HF_ENDPOINT``/``endpoint=``. ``requests()``/``reset_requests()``
-    read the request log and ``add_fault(...)``/``clear_faults()`` inject failures, in process. ``root`` None
-    keeps the repositories in a temporary directory removed by `stop`.
+    A context manager; ``url`` is what to give ``HF_ENDPOINT``/``endpoint=``. `create_token` makes a token for
+    the client (HF_TOKEN). ``requests()``/``reset_requests()`` read the request log and
+    ``add_fault(...)``/``clear_faults()`` inject failures, in process (over HTTP too with ``test_mode`` and an
+    admin token). ``root`` None keeps the repositories in a temporary directory removed by `stop`.
     """
 
     def __init__(self, root: Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
                  trusted_orgs: Iterable[str] = (), lfs_threshold: int | None = 1024, log_level: str = "warning",
-                 start: bool = True) -> None:
+                 start: bool = True, tokens: Iterable[TokenSpec] = (), test_mode: bool = False,
+                 limits: Limits | None = None) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="hubkernels-hub-") if root is None else None
         self.root = Path(self._tmp.name if self._tmp else root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.app = create_app(self.root, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold)
+        self.app = create_app(self.root, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold, tokens=tokens,
+                              test_mode=test_mode, limits=limits)
         self.control: HubControl = self.app.state.hub.control
         self.host = host
         self._sock = _bind(host, port)
@@ -110,6 +144,10 @@ class BackgroundHub:
         self.stop()
 
     # -- the in-process handle -----------------------------------------------------------------------------------
+
+    def create_token(self, user: str, orgs: Iterable[str] = (), *, write: bool = False, admin: bool = False) -> str:
+        """A new token of ``user`` (a member of ``orgs``), stored hashed under the root; returns its text."""
+        return self.app.state.hub.tokens.create(user, orgs, write=write, admin=admin)
 
     def requests(self) -> list[dict[str, Any]]:
         """Requests served since the last reset: ``{method, path, query, status, range, fault}``, oldest first."""

@@ -1,22 +1,25 @@
 """Observability and fault injection for the local Hub.
 
 Every request (except the ``/_hubkernels/`` control routes) is recorded as ``{method, path, query, status,
-range, fault}``, so a test can assert "the second load made no request". Faults make matching requests fail
-on purpose: answer a status (500, 429 + ``Retry-After`` ...), wait first, or send the headers with the full
-``Content-Length`` and then close the connection mid-body, which is what a flaky network does to a download.
+range, fault}``, so a test can assert "the second load made no request"; the log keeps the latest
+``log_size`` requests, and a request to a private repository is recorded without its path or query. Faults
+make matching requests fail on purpose: answer a status (500, 429 + ``Retry-After`` ...), wait first, or send
+the headers with the full ``Content-Length`` and then close the connection mid-body, which is what a flaky
+network does to a download. A fault's pattern is matched with a time bound; one that exceeds it is dropped.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
-import re
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 import anyio
+import regex
 
 try:
     from builtins import BaseExceptionGroup
@@ -24,6 +27,11 @@ except ImportError:  # Python 3.10: anyio's backport
     from exceptiongroup import BaseExceptionGroup
 
 CONTROL_PREFIX = "/_hubkernels/"
+PRIVATE_PATH = "<private repo>"
+"""What the request log holds instead of the path of a request to a private repository."""
+MAX_FAULT_PATTERN = 256
+"""The longest ``path_regex`` a fault may have."""
+_MATCH_TIMEOUT_S = 0.05
 
 _fault_ids = itertools.count(1)
 
@@ -47,9 +55,11 @@ class Fault:
     id: int = field(default_factory=lambda: next(_fault_ids))
 
     def __post_init__(self) -> None:
+        if not isinstance(self.path_regex, str) or len(self.path_regex) > MAX_FAULT_PATTERN:
+            raise ValueError(f"path_regex must be a string of at most {MAX_FAULT_PATTERN} characters.")
         try:
-            self._regex = re.compile(self.path_regex)
-        except re.error as exc:
+            self._regex = regex.compile(self.path_regex)
+        except (regex.error, TypeError, ValueError) as exc:
             raise ValueError(f"Invalid path_regex {self.path_regex!r}: {exc}") from None
         if self.method is not None:
             self.method = self.method.upper()
@@ -65,7 +75,9 @@ class Fault:
             raise ValueError("times must be >= 1, or null for every matching request.")
 
     def matches(self, method: str, path: str) -> bool:
-        return (self.method is None or self.method == method) and self._regex.search(path) is not None
+        """Whether the rule applies; raises TimeoutError when the pattern takes too long on this path."""
+        return (self.method is None or self.method == method) and \
+            self._regex.search(path, timeout=_MATCH_TIMEOUT_S) is not None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
@@ -74,9 +86,9 @@ class Fault:
 class HubControl:
     """The request log and the fault rules of one hub; thread-safe, shared by the app and its Python handle."""
 
-    def __init__(self, trusted_orgs: set[str] | None = None) -> None:
+    def __init__(self, trusted_orgs: set[str] | None = None, log_size: int = 10_000) -> None:
         self._lock = threading.Lock()
-        self._requests: list[dict[str, Any]] = []
+        self._requests: collections.deque[dict[str, Any]] = collections.deque(maxlen=log_size)
         self._faults: list[Fault] = []
         self.trusted_orgs: set[str] = set(trusted_orgs or ())
 
@@ -109,8 +121,15 @@ class HubControl:
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self._lock:
-            for fault in self._faults:
-                if fault.matches(method, path):
+            for fault in list(self._faults):
+                try:
+                    hit = fault.matches(method, path)
+                except TimeoutError:  # a pattern that backtracks without end: it never slows a request again
+                    logging.getLogger("uvicorn.error").warning("Dropped fault rule %s: its pattern took over %s s",
+                                                               fault.id, _MATCH_TIMEOUT_S)
+                    self._faults.remove(fault)
+                    continue
+                if hit:
                     if fault.times is not None:
                         fault.times -= 1
                         if fault.times <= 0:
@@ -142,9 +161,10 @@ class ControlMiddleware:
     ``feature%2Fx`` stays one route parameter; handlers unquote their parameters.
     """
 
-    def __init__(self, app: Any, control: HubControl) -> None:
+    def __init__(self, app: Any, control: HubControl, is_private: Any = None) -> None:
         self.app = app
         self.control = control
+        self.is_private = is_private or (lambda path: False)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -158,7 +178,9 @@ class ControlMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", []))
-        record: dict[str, Any] = {"method": method, "path": path, "query": scope.get("query_string", b"").decode(),
+        private = self.is_private(path)
+        record: dict[str, Any] = {"method": method, "path": PRIVATE_PATH if private else path,
+                                  "query": "" if private else scope.get("query_string", b"").decode("latin-1"),
                                   "status": None, "range": headers.get("range"), "fault": None}
         # Logged on arrival and updated before each part of the answer goes out, so a client that got its
         # answer always finds the request, with its status, in the log.
