@@ -2,8 +2,8 @@
 
 Endpoint shapes, headers and error codes follow what the real client needs (see the project's local-hub
 reference): typed errors carry ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) and
-``X-Error-Message``; resolve answers carry ``X-Repo-Commit`` and an ``ETag`` (git sha1, or sha256 for LFS files);
-no ``X-Xet-*`` header is ever sent, so clients use plain HTTP and LFS.
+``X-Error-Message``; resolve answers carry ``X-Repo-Commit`` and an ``ETag`` (git sha1, or sha256 for LFS files),
+and for files uploaded through Xet also ``X-Xet-Hash`` (the Xet protocol itself lives in ``xet.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import xet
 from .control import ControlMiddleware, HubControl, quiet_truncation_logs
 from .storage import (
     REPO_TYPES,
@@ -140,11 +141,14 @@ async def _json_body(request: Request) -> Any:
         raise HubError(400, "The request body is not valid JSON.") from None
 
 
-def _entry_json(entry: Entry, repo: Repo | None = None, commit: str | None = None) -> dict[str, Any]:
+def _entry_json(entry: Entry, repo: Repo, commit: str, expand: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"type": entry.type, "oid": entry.oid, "size": entry.size, "path": entry.path}
     if entry.lfs:
         out["lfs"] = {"oid": entry.lfs.sha256, "size": entry.lfs.size, "pointerSize": entry.lfs.pointer_size}
-    if repo is not None and commit is not None:
+        xet_hash = repo.storage.xet.file_for_sha256(entry.lfs.sha256) if repo.storage.xet else None
+        if xet_hash:
+            out["xetHash"] = xet_hash
+    if expand:
         last = repo.log(commit, limit=1, path=entry.path)
         if last:
             out["lastCommit"] = {"id": last[0].oid, "title": last[0].title, "date": hub_date(last[0].timestamp)}
@@ -286,7 +290,7 @@ def list_tree(request: Request) -> Response:
     recursive = request.query_params.get("recursive", "").lower() in ("1", "true")
     expand = request.query_params.get("expand", "").lower() in ("1", "true")
     entries: Iterable[Entry] = snap.walk(directory) if recursive else snap.children.get(directory, [])
-    return JSONResponse([_entry_json(e, repo if expand else None, commit) for e in entries])
+    return JSONResponse([_entry_json(e, repo, commit, expand) for e in entries])
 
 
 async def paths_info(request: Request) -> Response:
@@ -299,7 +303,7 @@ async def paths_info(request: Request) -> Response:
         commit = repo.resolve(_param(request, "rev"))
         snap = repo.snapshot(commit)
         found = [snap.entries[p.strip("/")] for p in paths if p.strip("/") in snap.entries]
-        return [_entry_json(e, repo if expand else None, commit) for e in found]
+        return [_entry_json(e, repo, commit, expand) for e in found]
 
     return JSONResponse(await run_in_threadpool(work))
 
@@ -336,11 +340,6 @@ async def create_tag(request: Request) -> Response:
 def delete_tag(request: Request) -> Response:
     _api_repo(request).delete_tag(_param(request, "rev"))
     return JSONResponse({})
-
-
-def xet_token(request: Request) -> Response:
-    raise HubError(501, "This local hub does not speak Xet: set HF_HUB_DISABLE_XET=1 before importing "
-                        "huggingface_hub (or start the hub with lfs_threshold=None so every file is inlined).")
 
 
 # -- uploads ----------------------------------------------------------------------------------------------------
@@ -488,6 +487,7 @@ def _resolve_file(request: Request, repo_type: str) -> Response:
     if entry.lfs:
         headers["X-Linked-Etag"] = f'"{entry.lfs.sha256}"'
         headers["X-Linked-Size"] = str(size)
+        headers.update(xet.resolve_headers(request, repo, commit, entry))
     start, end = 0, size - 1
     status = 200
     range_header = request.headers.get("range")
@@ -615,9 +615,8 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
         Route(f"{api}/tag/{{rev}}", delete_tag, methods=["DELETE"]),
         Route(f"{api}/preupload/{{rev}}", preupload, methods=["POST"]),
         Route(f"{api}/commit/{{rev}}", commit, methods=["POST"]),
-        Route(f"{api}/xet-write-token/{{rev}}", xet_token, methods=["GET"]),
-        Route(f"{api}/xet-read-token/{{rev}}", xet_token, methods=["GET"]),
     ]
+    routes += xet.xet_routes(_api_repo)
     for repo_type, prefix in _URL_PREFIX.items():
         if prefix:
             routes += _lfs_routes(prefix, repo_type)
@@ -626,6 +625,7 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
     routes.append(_resolve_route("", "model"))
 
     storage = Storage(Path(root))
+    xet.install(storage)
     control = HubControl(set(trusted_orgs))
     app = Starlette(routes=routes, exception_handlers={HubError: _hub_error_handler})
     app.state.hub = Hub(storage, control, lfs_threshold)

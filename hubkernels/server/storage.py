@@ -24,7 +24,10 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import TYPE_CHECKING, Iterator, Literal
+
+if TYPE_CHECKING:
+    from .xet_store import XetStore
 
 REPO_TYPES = ("model", "dataset", "space", "kernel")
 """Repository types the server accepts (the Hub's plural forms name them in URLs: ``models``, ``kernels`` ...)."""
@@ -448,9 +451,14 @@ class Repo:
         if op.kind == "file":
             return op.content
         size = self.storage.lfs_size(op.lfs_oid)
+        # -- Xet: a file uploaded through Xet is rebuilt from its xorbs into the LFS store (sha256 checked) --
+        if size is None and self.storage.xet is not None and self.storage.xet.fill_lfs(op.lfs_oid):
+            size = self.storage.lfs_size(op.lfs_oid)
+        # -- end Xet --
         if size is None or (op.lfs_size is not None and op.lfs_size != size):
             raise HubError(400, f"LFS object {op.lfs_oid} (size {op.lfs_size}) for {op.path!r} was never uploaded: "
-                                "upload it through the LFS batch API before committing.")
+                                "upload it first, through the LFS batch API or through Xet with a current hf_xet "
+                                "(`pip install -U hf_xet`: older ones do not send the sha256 this hub needs).")
         return LfsPointer.render(op.lfs_oid, size)
 
     def _write_blobs(self, contents: list[bytes]) -> Iterator[str]:
@@ -548,6 +556,7 @@ class Storage:
         self._snapshots = _LRU(256)
         self._commits = _LRU(4096)
         self._pointer_cache: dict[str, LfsPointer | None] = {}
+        self.xet: XetStore | None = None  # set by hubkernels.server.xet.install
         self._env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(self.root),
