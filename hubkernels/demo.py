@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         (r := build(ROOT, quiet=not args.verbose)), f"{r.variant} ({'up to date' if r.up_to_date else 'compiled'})"))
     hub = steps.run("start the embedded Hub", lambda: (
         (h := BackgroundHub(work / "hub", trusted_orgs=("hubkernels",)).start()), h.url))
-    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(work / "hf-home"),
+    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HOME": str(work / "hf-home"),
                        "HF_HUB_CACHE": str(work / "hf-cache"), "HF_TOKEN": "hf_demo_local_token",
                        "HF_HUB_DISABLE_PROGRESS_BARS": "1"})  # before anything imports huggingface_hub
 

@@ -1,9 +1,9 @@
 """A Hugging Face Hub-compatible HTTP server, the default Hub of the demo and the tests.
 
 Repositories (model, dataset, space, kernel) are bare git repos under a root directory, so commits, branches
-and tags are real and file oids are git's; large files go through the LFS batch API and are stored by sha256.
-The real ``huggingface_hub`` client (2.3+; reads also 1.33) talks to it unchanged when ``HF_ENDPOINT`` points
-at it and ``HF_HUB_DISABLE_XET=1``. Any bearer token is the owner's; a private repo (``create_repo(...,
+and tags are real and file oids are git's; large files arrive through the Xet protocol (``huggingface_hub`` with
+``hf_xet``, the default install) or the LFS batch API (clients without it) and are stored by sha256. The real
+``huggingface_hub`` client (2.3+; reads also 1.33) talks to it unchanged when ``HF_ENDPOINT`` points at it. Any bearer token is the owner's; a private repo (``create_repo(...,
 private=True)``, ``hubkernels upload --private``, or its settings) answers requests without a token with the Hub's
 401 RepoNotFound. It counts requests and injects faults, for tests of download behaviour.
 

@@ -586,8 +586,8 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
     """A Hub-compatible ASGI app storing its repositories under ``root``.
 
     ``trusted_orgs``: organizations whose overview says ``trustedKernelPublisher: true``. ``lfs_threshold``: files of
-    this many bytes or more (or matching the repo's LFS patterns, e.g. ``*.so``) are uploaded through LFS; None
-    inlines every file in the commit (for clients with Xet enabled). ``app.state.hub.control`` is the in-process
+    this many bytes or more (or matching the repo's LFS patterns, e.g. ``*.so``) are uploaded as large files (Xet
+    or the LFS batch API); None inlines every file in the commit. ``app.state.hub.control`` is the in-process
     handle on the request log and fault rules.
     """
     api = "/api/{t}/{org}/{name}"

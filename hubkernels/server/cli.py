@@ -14,7 +14,8 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve", help="run a Hub-compatible server (git-backed) for publishing and loading kernels locally",
         description="Run a Hugging Face Hub-compatible HTTP server that stores repositories as git repos under "
-                    "--root. Point clients at it with HF_ENDPOINT=<printed URL> and HF_HUB_DISABLE_XET=1.")
+                    "--root. Point clients at it with HF_ENDPOINT=<printed URL>; large files travel through Xet "
+                    "(huggingface_hub with hf_xet) or the LFS batch API (clients without hf_xet).")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default 0)")
     parser.add_argument("--root", type=Path, default=None,
@@ -22,8 +23,8 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--trusted-org", dest="trusted_orgs", action="append", default=[], metavar="ORG",
                         help="organization reported as a trusted kernel publisher (repeatable)")
     parser.add_argument("--lfs-threshold", type=int, default=1024, metavar="BYTES",
-                        help="files of this size or more are uploaded through LFS; -1 inlines every file "
-                             "(for clients with Xet enabled) (default 1024)")
+                        help="files of this size or more are uploaded as large files (Xet or LFS); -1 inlines "
+                             "every file in the commit (default 1024)")
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                         help="uvicorn log level (default warning)")
     parser.set_defaults(func=_run)

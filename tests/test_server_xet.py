@@ -1,0 +1,153 @@
+"""Large files through Xet, the default install: huggingface_hub + hf_xet against `hubkernels serve`.
+
+The client is the oracle: hf_xet chunks, compresses and hashes; the hub checks every xorb and shard it receives,
+rebuilds each file into its LFS store at commit time, and serves it back through Xet reconstruction (and over
+plain HTTP for clients without hf_xet). Every assertion is on bytes a user gets back or on the hub's request log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from hubkernels import cli
+from hubkernels.build import build
+from test_publish import make_kernel
+
+ROOT = Path(__file__).resolve().parent.parent
+BIG = random.Random(13).randbytes(40 << 20)  # 40 MB of incompressible data: hf_xet stores it as ~600 chunks
+BIG_SHA = hashlib.sha256(BIG).hexdigest()
+
+
+def run_python(code: str, cache: Path) -> str:
+    """Run ``code`` in a new interpreter pointed at the session hub, with its own empty caches."""
+    env = {**os.environ, "HF_HUB_CACHE": str(cache / "hub"), "HF_HOME": str(cache / "home"),
+           "HUBKERNELS_CACHE": str(cache / "hubkernels"), "KERNELS_CACHE": str(cache / "kernels")}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def paths(hub) -> list[str]:
+    return [r["path"] for r in hub.requests()]
+
+
+def reconstructions(hub) -> int:
+    return sum("/cas/v2/reconstructions/" in p or "/cas/v1/reconstructions/" in p for p in paths(hub))
+
+
+@pytest.fixture(scope="module")
+def big_kernel(hub, tmp_path_factory) -> str:
+    """A noarch kernel whose package ships a 40 MB ``weights.bin``, published with ``hubkernels upload``."""
+    root = make_kernel(tmp_path_factory.mktemp("big") / "k", backends=())
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace("[torch-noarch]", '[torch-noarch]\npyext = ["py", "bin"]'))
+    (root / "torch-ext" / "tiny_act" / "weights.bin").write_bytes(BIG)
+    build(root, backend="cpu", quiet=True)
+    assert (root / "build" / "torch-cpu" / "weights.bin").stat().st_size == len(BIG)
+    repo_id = f"hubkernels/big-{uuid.uuid4().hex[:8]}"
+    hub.reset_requests()
+    assert cli.main(["upload", str(root), "--repo-id", repo_id]) == 0
+    sent = paths(hub)
+    assert any(p.endswith("/xet-write-token/v1") for p in sent) and any("/cas/v1/xorbs/" in p for p in sent)
+    assert not [p for p in sent if "/info/lfs/" in p]  # Xet, not the legacy LFS batch API
+    return repo_id
+
+
+def test_hubkernels_upload_of_a_40mb_variant_loads_in_a_new_process_through_xet(hub, big_kernel, tmp_path):
+    hub.reset_requests()
+    out = run_python(f"""
+        import hashlib, pathlib, torch, hubkernels
+        k = hubkernels.get_kernel({big_kernel!r}, version=1)
+        weights = pathlib.Path(k.__file__).parent / "weights.bin"
+        print(hashlib.sha256(weights.read_bytes()).hexdigest(), k.double(torch.ones(2)).tolist())
+        """, tmp_path)
+    assert out.split(maxsplit=1) == [BIG_SHA, "[2.0, 2.0]\n"]
+    assert reconstructions(hub) == 1  # the 40 MB file came through Xet (X-Xet-Hash on its resolve answer)
+
+
+def test_hf_kernels_loads_the_xet_stored_variant(hub, big_kernel, tmp_path):
+    hub.reset_requests()
+    out = run_python(f"""
+        import hashlib, pathlib, torch, kernels
+        k = kernels.get_kernel({big_kernel!r}, version=1)
+        weights = pathlib.Path(k.__file__).parent / "weights.bin"
+        print(hashlib.sha256(weights.read_bytes()).hexdigest(), k.double(torch.ones(2)).tolist())
+        """, tmp_path)
+    assert out.split(maxsplit=1) == [BIG_SHA, "[2.0, 2.0]\n"]
+    assert reconstructions(hub) == 1
+
+
+def test_upload_folder_then_download_through_xet_and_plain_http_is_byte_identical(hub, tmp_path):
+    from huggingface_hub import HfApi, hf_hub_download, hf_hub_url, snapshot_download
+
+    api = HfApi()
+    repo_id = f"org/weights-{uuid.uuid4().hex[:8]}"
+    api.create_repo(repo_id)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "weights.bin").write_bytes(BIG)
+    (tmp_path / "src" / "notes.txt").write_text("small files stay inline\n")
+    api.upload_folder(folder_path=tmp_path / "src", repo_id=repo_id)
+    info = next(iter(api.get_paths_info(repo_id, ["weights.bin"])))
+    assert info.lfs.sha256 == BIG_SHA and info.size == len(BIG)  # git holds an LFS pointer, as on the Hub
+
+    hub.reset_requests()
+    path = hf_hub_download(repo_id, "weights.bin", cache_dir=tmp_path / "c1")
+    assert Path(path).read_bytes() == BIG and reconstructions(hub) == 1
+    hub.reset_requests()
+    snap = snapshot_download(repo_id, cache_dir=tmp_path / "c2")
+    assert (Path(snap) / "weights.bin").read_bytes() == BIG and reconstructions(hub) == 1
+    with urllib.request.urlopen(hf_hub_url(repo_id, "weights.bin"), timeout=60) as plain:  # no hf_xet involved
+        assert plain.headers["X-Xet-Hash"] and plain.read() == BIG
+
+
+def test_hf_upload_cli_goes_through_xet(hub, tmp_path):
+    from huggingface_hub import HfApi, hf_hub_download
+
+    repo_id = f"org/cli-{uuid.uuid4().hex[:8]}"
+    HfApi().create_repo(repo_id)
+    src = tmp_path / "blob.bin"
+    src.write_bytes(BIG[: 6 << 20])
+    hub.reset_requests()
+    hf = Path(sys.executable).parent / "hf"
+    out = subprocess.run([str(hf), "upload", repo_id, str(src), "data/blob.bin"], env=dict(os.environ),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert any("/cas/v1/shards" in p for p in paths(hub))
+    path = hf_hub_download(repo_id, "data/blob.bin", cache_dir=tmp_path / "c")
+    assert Path(path).read_bytes() == BIG[: 6 << 20]
+
+
+def _get(url: str, token: str | None = None, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, data=body, method=method,
+                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_xet_tokens_are_scoped_and_signed(hub, big_kernel):
+    status, body = _get(f"{hub.url}/api/kernels/{big_kernel}/xet-read-token/v1")
+    token = json.loads(body)
+    assert status == 200 and set(token) == {"accessToken", "exp", "casUrl"} and token["casUrl"].startswith(hub.url)
+    xorb = f"{token['casUrl']}/v1/xorbs/default/{'0' * 64}"
+    assert _get(xorb, token["accessToken"], "POST", b"x")[0] == 403  # a read token cannot upload
+    assert _get(xorb, token["accessToken"][:-2] + "xx", "POST", b"x")[0] == 401  # a forged one is refused
+    write = json.loads(_get(f"{hub.url}/api/kernels/{big_kernel}/xet-write-token/v1")[1])["accessToken"]
+    status, body = _get(xorb, write, "POST", b"\0" * 8)  # a xorb whose content does not hash to its name
+    assert status == 400 and "Rejected xorb" in json.loads(body)["error"]
+    assert _get(f"{hub.url}/api/kernels/{big_kernel}/xet-read-token/no-such-branch")[0] == 404
