@@ -151,3 +151,50 @@ def test_xet_tokens_are_scoped_and_signed(hub, big_kernel):
     status, body = _get(xorb, write, "POST", b"\0" * 8)  # a xorb whose content does not hash to its name
     assert status == 400 and "Rejected xorb" in json.loads(body)["error"]
     assert _get(f"{hub.url}/api/kernels/{big_kernel}/xet-read-token/no-such-branch")[0] == 404
+
+
+def test_a_range_reconstruction_lists_whole_chunks_and_the_offset_into_them(hub, big_kernel):
+    """What a resuming or streaming downloader asks: bytes [first, last] of the file, as whole chunks to fetch."""
+    from hubkernels.server.xet_format import iter_chunks
+
+    token = json.loads(_get(f"{hub.url}/api/kernels/{big_kernel}/xet-read-token/v1")[1])
+    file_id = urllib.request.urlopen(urllib.request.Request(
+        f"{hub.url}/kernels/{big_kernel}/resolve/v1/build/torch-cpu/weights.bin", method="HEAD")).headers["X-Xet-Hash"]
+    first, last = 20_000_123, 20_300_000
+    req = urllib.request.Request(f"{token['casUrl']}/v2/reconstructions/{file_id}", headers={
+        "Authorization": f"Bearer {token['accessToken']}", "Range": f"bytes={first}-{last}"})
+    plan = json.loads(urllib.request.urlopen(req).read())
+    chunks = {}
+    for xorb, fetches in plan["xorbs"].items():
+        for fetch in fetches:
+            (rng,) = fetch["ranges"]
+            data_req = urllib.request.Request(fetch["url"], headers={
+                "Range": f"bytes={rng['bytes']['start']}-{rng['bytes']['end']}"})
+            part = urllib.request.urlopen(data_req).read()
+            for i, (_, _, raw) in enumerate(iter_chunks(part, 0, len(part))):
+                chunks[(xorb, rng["chunks"]["start"] + i)] = raw
+    data = b"".join(chunks[(t["hash"], i)] for t in plan["terms"]
+                    for i in range(t["range"]["start"], t["range"]["end"]))
+    assert sum(t["unpacked_length"] for t in plan["terms"]) == len(data) < len(BIG) // 10
+    start = plan["offset_into_first_range"]
+    assert data[start:start + last - first + 1] == BIG[first:last + 1]
+
+
+def test_xet_files_survive_a_restart_on_the_same_root(tmp_path):
+    from huggingface_hub import HfApi, hf_hub_download
+
+    from hubfixture import start_hub
+
+    first = start_hub(tmp_path / "root")
+    try:
+        api = HfApi(endpoint=first.url)
+        api.create_repo("org/kept")
+        api.upload_file(path_or_fileobj=BIG[: 3 << 20], path_in_repo="kept.bin", repo_id="org/kept")
+    finally:
+        first.stop()
+    again = start_hub(tmp_path / "root")
+    try:
+        path = hf_hub_download("org/kept", "kept.bin", cache_dir=tmp_path / "c", endpoint=again.url)
+        assert Path(path).read_bytes() == BIG[: 3 << 20] and reconstructions(again) == 1
+    finally:
+        again.stop()

@@ -96,11 +96,18 @@ def _hash_param(request: Request) -> str:
     return value
 
 
+async def _body(request: Request, what: str) -> bytes:
+    """The request body, refused before reading when it announces more than a xorb or shard may hold."""
+    if int(request.headers.get("content-length") or 0) > fmt.MAX_XORB_BYTES:
+        raise HubError(413, f"The {what} is larger than 64 MiB, the Xet limit: let hf_xet split it.")
+    return await request.body()
+
+
 async def upload_xorb(request: Request) -> Response:
     store = _store(request)
     store.check_token(request, "write")
     xorb_hex = _hash_param(request)
-    data = await request.body()
+    data = await _body(request, "xorb")
     try:
         inserted = await run_in_threadpool(store.put_xorb, xorb_hex, data)
     except fmt.XetFormatError as exc:
@@ -119,7 +126,7 @@ def head_xorb(request: Request) -> Response:
 async def upload_shard(request: Request) -> Response:
     store = _store(request)
     claims = store.check_token(request, "write")
-    data = await request.body()
+    data = await _body(request, "shard")
     try:
         files = await run_in_threadpool(store.put_shard, data)
     except fmt.XetFormatError as exc:
@@ -133,6 +140,11 @@ async def upload_shard(request: Request) -> Response:
 def _link_object(claims: dict[str, Any], sha256: str) -> None:
     """Record that the repo the write token names uploaded this object."""
     # linked to the repo (auth helper's API): storage.repo(claims["t"], claims["r"]).link_object(sha256)
+
+
+def _check_readable(claims: dict[str, Any], sha256: str | None) -> None:
+    """Refuse a file that the repo the read token names does not hold (a 404, as for an unknown file)."""
+    # checked against the repo (auth helper's API): storage.repo(claims["t"], claims["r"]).has_object(sha256)
 
 
 def dedup_query(request: Request) -> Response:
@@ -154,8 +166,9 @@ def _range(request: Request) -> tuple[int, int | None]:
 
 async def _plan(request: Request) -> tuple[XetStore, dict[str, Any]]:
     store = _store(request)
-    store.check_token(request, "read")
+    claims = store.check_token(request, "read")
     file_hex = _hash_param(request)
+    _check_readable(claims, store.file(file_hex)["sha256"])
     first, last = _range(request)
     plan = await run_in_threadpool(store.plan, file_hex, first, last)
     base = str(request.base_url).rstrip("/")
