@@ -198,3 +198,39 @@ def test_xet_files_survive_a_restart_on_the_same_root(tmp_path):
         assert Path(path).read_bytes() == BIG[: 3 << 20] and reconstructions(again) == 1
     finally:
         again.stop()
+
+
+def test_a_client_that_sends_no_sha256_is_told_the_fix_in_one_line(hub):
+    """An older hf_xet leaves the sha256 out of its shard; the hub accepts the upload but cannot commit the file
+    as an LFS pointer, and says how to fix it. (The xorb and shard are built here the way such a client would.)"""
+    import struct
+
+    from huggingface_hub import HfApi
+
+    from hubkernels.server import xet_format as fmt
+
+    repo_id = f"org/old-{uuid.uuid4().hex[:8]}"
+    HfApi().create_repo(repo_id)
+    write = json.loads(_get(f"{hub.url}/api/models/{repo_id}/xet-write-token/main")[1])
+    data = b"an old client's file\n" * 500
+    chunk = fmt.chunk_hash(data)
+    xorb = bytes([0]) + len(data).to_bytes(3, "little") + bytes([0]) + len(data).to_bytes(3, "little") + data
+    xorb_hash = fmt.xorb_hash([(chunk, len(data))])
+    assert _get(f"{write['casUrl']}/v1/xorbs/default/{fmt.hash_to_hex(xorb_hash)}", write["accessToken"], "POST",
+                xorb)[0] == 200
+    bookend = b"\xff" * 32 + bytes(16)
+    shard = (fmt.SHARD_HEADER_TAG + struct.pack("<QQ", 2, 0)
+             + fmt.file_hash([(chunk, len(data))]) + struct.pack("<II8x", 1 << 31, 1)  # verification, no sha256
+             + xorb_hash + struct.pack("<IIII", 0, len(data), 0, 1) + fmt.verification_hash([chunk]) + bytes(16)
+             + bookend + xorb_hash + struct.pack("<IIII", 0, 1, len(data), len(xorb))
+             + chunk + struct.pack("<II8x", 0, len(data)) + bookend)
+    assert _get(f"{write['casUrl']}/v1/shards", write["accessToken"], "POST", shard)[0] == 200
+    op = {"path": "old.bin", "algo": "sha256", "oid": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    body = "\n".join(json.dumps(line) for line in (
+        {"key": "header", "value": {"summary": "old client"}}, {"key": "lfsFile", "value": op})).encode()
+    req = urllib.request.Request(f"{hub.url}/api/models/{repo_id}/commit/main", data=body, method="POST",
+                                 headers={"Content-Type": "application/x-ndjson"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    message = json.loads(err.value.read())["error"]
+    assert err.value.code == 400 and "pip install -U hf_xet" in message and "\n" not in message
