@@ -9,6 +9,7 @@ import hmac
 import json
 import os
 import struct
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,7 @@ def _load_secret(path: Path) -> bytes:
 
 
 def _atomic_write(storage: Storage, path: Path, data: bytes) -> None:
-    tmp = storage.tmp_dir / f"xet-{os.getpid()}-{time.monotonic_ns()}"
-    tmp.write_bytes(data)
+    fd, tmp = tempfile.mkstemp(dir=storage.tmp_dir, prefix="xet-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
