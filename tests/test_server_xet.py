@@ -234,3 +234,30 @@ def test_a_client_that_sends_no_sha256_is_told_the_fix_in_one_line(hub):
         urllib.request.urlopen(req, timeout=30)
     message = json.loads(err.value.read())["error"]
     assert err.value.code == 400 and "pip install -U hf_xet" in message and "\n" not in message
+
+
+@pytest.mark.gpu
+def test_the_cuda_build_uploads_through_xet_and_both_loaders_run_it(hub, ltx_build, tmp_path):
+    """The issue's H200 check: `hubkernels upload` of the CUDA variant (its .so is large) with a default install,
+    then hubkernels.get_kernel and kernels.get_kernel run rms_norm on the GPU, each in a new process."""
+    import warnings
+
+    from hubkernels.publish import upload
+
+    assert "-cu" in str(ltx_build.variant)
+    repo_id = f"hubkernels/ltx-cuda-{uuid.uuid4().hex[:8]}"
+    hub.reset_requests()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a work-in-progress checkout is dirty; publishing warns about that
+        upload(ROOT, repo_id=repo_id, variants=[str(ltx_build.variant)])
+    assert any("/cas/v1/shards" in p for p in paths(hub))
+    for loader in ("hubkernels", "kernels"):
+        hub.reset_requests()
+        out = run_python(f"""
+            import torch, {loader}
+            k = {loader}.get_kernel({repo_id!r}, version=1)
+            x, w = torch.randn(3, 17, 256, device="cuda"), torch.randn(256, device="cuda")
+            ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+            print(float((k.rms_norm(x, w, 1e-6) - ref).abs().max()))
+            """, tmp_path / loader)
+        assert float(out) < 1e-4 and reconstructions(hub) >= 1, loader
