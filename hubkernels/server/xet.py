@@ -38,7 +38,7 @@ def xet_routes(api_repo: Callable[[Request], Repo]) -> list[Route]:
             rev = request.path_params["rev"]
             if rev != "None":  # the client sends "None" when it commits to a pull request it has not opened yet
                 repo.resolve(rev)
-            # Write scope: the auth helper's ownership check on `repo` belongs here.
+            # write access to `repo` is checked here for scope "write" (auth helper's API)
             store = _store(request)
             access, exp = store.issue_token(repo.repo_type, repo.repo_id, scope)
             cas = f"{str(request.base_url).rstrip('/')}{CAS_PREFIX}"
