@@ -100,7 +100,7 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
 
     hub = BackgroundHub(work / "hub", trusted_orgs=("hubkernels",), start=False)  # bound now: the URL is known
     token = hub.create_token("bench", [REPO_ID.split("/")[0]], write=True)
-    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": token,
+    os.environ.update({"HF_ENDPOINT": hub.url, "HF_TOKEN": token,
                        "HF_HOME": str(work / "hf-home"), "HF_HUB_CACHE": str(work / "publish-cache"),
                        "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HUBKERNELS_CACHE", "KERNELS_CACHE", "HUBKERNELS_VERSION_TTL"):

@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
     hub = steps.run("start the embedded Hub", lambda: (
         (h := BackgroundHub(work / "hub", trusted_orgs=("hubkernels",)).start()), h.url))
     token = hub.create_token("demo", [REPO_ID.split("/")[0]], write=True)
-    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(work / "hf-home"),
+    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HOME": str(work / "hf-home"),
                        "HF_HUB_CACHE": str(work / "hf-cache"), "HF_TOKEN": token,
                        "HF_HUB_DISABLE_PROGRESS_BARS": "1"})  # before anything imports huggingface_hub
 

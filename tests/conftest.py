@@ -22,7 +22,7 @@ from hubfixture import TEST_TOKEN, free_port  # noqa: E402  (imports neither hug
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="hubkernels-tests-"))
 HUB_PORT = free_port()
 os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{HUB_PORT}"
-os.environ["HF_HUB_DISABLE_XET"] = "1"
+os.environ.pop("HF_HUB_DISABLE_XET", None)  # the default install: LFS files go through Xet
 os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")
 os.environ["HF_HUB_CACHE"] = str(_SESSION_TMP / "hf-cache")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -1,6 +1,6 @@
 """Start the local Hub for tests (``hubkernels.server.BackgroundHub`` on 127.0.0.1) and point clients at it.
 
-``huggingface_hub`` reads ``HF_ENDPOINT`` (and ``HF_HUB_CACHE``, ``HF_HUB_DISABLE_XET``) once, when it is first
+``huggingface_hub`` reads ``HF_ENDPOINT`` (and ``HF_HUB_CACHE``) once, when it is first
 imported. So a session picks the port first, sets the environment with `client_env`, and only then imports
 anything that imports ``huggingface_hub``; `start_hub` can run later on that port. This module imports neither
 ``huggingface_hub`` nor ``hubkernels`` at import time.
@@ -48,7 +48,6 @@ def client_env(url: str, home: Path) -> dict[str, str]:
     home = Path(home)
     return {
         "HF_ENDPOINT": url,
-        "HF_HUB_DISABLE_XET": "1",
         "HF_HOME": str(home / "hf-home"),
         "HF_HUB_CACHE": str(home / "hf-cache"),
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",

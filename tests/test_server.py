@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from huggingface_hub import (  # noqa: E402
@@ -62,12 +61,6 @@ def local_hub(tmp_path_factory):
     server = start_hub(tmp_path_factory.mktemp("hub-root"), trusted_orgs=("trusted-org",))
     yield server
     server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _plain_lfs(monkeypatch):
-    """Upload LFS files over the batch API (as with HF_HUB_DISABLE_XET=1), whatever the import order was."""
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
 
 
 @pytest.fixture
@@ -220,7 +213,11 @@ def test_resolve_headers_give_commit_etag_and_size(api, kernel_repo, local_hub):
                                            endpoint=local_hub.url), token=TOKEN)
     assert init.etag == git_blob_sha1(INIT_PY) and init.size == len(INIT_PY)
     status, headers, _ = http(hf_hub_url(kernel_repo, SO_PATH, repo_type="kernel", endpoint=local_hub.url), "HEAD")
-    assert status == 200 and not [h for h in headers if h.lower().startswith("x-xet")]
+    # The .so went up through Xet (the default client): its answer says how to download it through Xet too.
+    assert status == 200 and len(headers["X-Xet-Hash"]) == 64 and 'rel="xet-auth"' in headers["Link"]
+    status, headers, _ = http(hf_hub_url(kernel_repo, f"{VARIANT}/__init__.py", repo_type="kernel",
+                                         endpoint=local_hub.url), "HEAD")
+    assert status == 200 and not [h for h in headers if h.lower().startswith("x-xet")]  # inlined: plain HTTP
 
 
 def test_download_twice_the_second_comes_from_the_cache(api, kernel_repo, local_hub, cache):
@@ -380,14 +377,22 @@ def test_typed_errors_for_missing_repo_revision_and_file(api, kernel_repo, local
     assert "missing.py" in json.loads(body)["error"]
 
 
-def test_xet_clients_get_a_clear_message(local_hub, kernel_repo):
-    status, headers, body = http(f"{local_hub.url}/api/kernels/{kernel_repo}/xet-write-token/main")
-    assert status == 501 and "HF_HUB_DISABLE_XET=1" in json.loads(body)["error"]
+def test_legacy_lfs_batch_upload_is_served_too(api, local_hub, tmp_path, cache, monkeypatch):
+    """A client with Xet off (HF_HUB_DISABLE_XET=1, or no hf_xet) uploads through the LFS batch API."""
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    repo_id = f"org/legacy-{uuid.uuid4().hex[:8]}"
+    api.create_repo(repo_id, repo_type="kernel")
+    local_hub.reset_requests()
+    api.upload_folder(folder_path=kernel_folder(tmp_path / "k"), repo_id=repo_id, repo_type="kernel")
+    paths = [r["path"] for r in local_hub.requests()]
+    assert f"/kernels/{repo_id}.git/info/lfs/objects/batch" in paths and not [p for p in paths if "xet" in p]
+    assert (local_hub.root / "lfs" / hashlib.sha256(SO_BYTES).hexdigest()).read_bytes() == SO_BYTES
+    path = hf_hub_download(repo_id, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)
+    assert Path(path).read_bytes() == SO_BYTES
 
 
-def test_all_regular_mode_works_with_xet_enabled(tmp_path, monkeypatch):
-    """With lfs_threshold=None every file is inlined in the commit, so a client with hf_xet active uploads."""
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", False)
+def test_all_regular_mode_inlines_every_file(tmp_path):
+    """With lfs_threshold=None every file is inlined in the commit: no LFS and no Xet transfer at all."""
     server = start_hub(tmp_path / "root", lfs_threshold=None)
     try:
         api = HfApi(endpoint=server.url, token=TOKEN)
@@ -508,12 +513,24 @@ def test_request_log_over_http_and_in_process(api, kernel_repo, local_hub):
     assert local_hub.requests() == []
 
 
-def test_injected_500_fails_once_then_the_download_succeeds(api, kernel_repo, local_hub, cache):
-    rule = {"path_regex": r"/resolve/.*\.so$", "method": "GET", "status": 500, "times": 1}
+def test_injected_500_on_xet_storage_is_retried_and_the_download_succeeds(kernel_repo, local_hub, cache):
+    rule = {"path_regex": r"/cas/v1/xorb-data/", "method": "GET", "status": 500, "times": 1}
     status, _, body = http(f"{local_hub.url}/_hubkernels/faults", "POST",
                            {"Content-Type": "application/json", **ADMIN},
                            json.dumps(rule).encode())
     assert status == 200 and json.loads(body)["times"] == 1
+    local_hub.reset_requests()
+    path = hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)
+    assert Path(path).read_bytes() == SO_BYTES
+    assert [r["fault"] for r in local_hub.requests() if "/xorb-data/" in r["path"]] == ["status", None]
+
+
+def test_injected_500_on_a_plain_download_fails_once_then_succeeds(api, kernel_repo, local_hub, cache,
+                                                                   monkeypatch):
+    """Clients without hf_xet download LFS files over plain HTTP GET; a 500 there surfaces, a retry works."""
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    rule = {"path_regex": r"/resolve/.*\.so$", "method": "GET", "status": 500, "times": 1}
+    local_hub.add_fault(**rule)
     with pytest.raises(HfHubHTTPError) as err:
         hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)
     assert err.value.response.status_code == 500
@@ -535,20 +552,17 @@ def test_a_failing_hub_falls_back_to_the_warm_cache(kernel_repo, local_hub, cach
     assert again == path and local_hub.control.faults() == []
 
 
-def test_truncated_body_is_retried_and_the_file_is_whole(kernel_repo, local_hub, cache):
+def test_truncated_xet_body_is_retried_and_the_file_is_whole(kernel_repo, local_hub, cache):
     local_hub.reset_requests()
-    local_hub.add_fault(r"\.so$", method="GET", truncate_after=100, times=1)
+    local_hub.add_fault(r"/cas/v1/xorb-data/", method="GET", truncate_after=100, times=1)
     path = hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)
     assert Path(path).read_bytes() == SO_BYTES
-    gets = [r for r in local_hub.requests() if r["method"] == "GET" and r["path"].endswith(".so")]
-    # The client retries; it sends Range only for bytes it already flushed (its chunks are 10 MB), so either
-    # a full 200 or a 206 completes the file.
-    assert [r["fault"] for r in gets] == ["truncate", None] and gets[1]["status"] in (200, 206)
+    gets = [r for r in local_hub.requests() if "/xorb-data/" in r["path"]]
+    assert [r["fault"] for r in gets] == ["truncate", None] and gets[1]["status"] == 206
 
 
-@pytest.mark.slow
-def test_a_body_that_never_arrives_leaves_no_complete_looking_file(api, kernel_repo, local_hub, cache):
-    local_hub.add_fault(r"\.so$", method="GET", truncate_after=0, times=None)
+def test_a_xet_download_that_fails_leaves_no_complete_looking_file(api, kernel_repo, local_hub, cache):
+    local_hub.add_fault(r"/cas/v1/xorb-data/", method="GET", status=404, times=None)  # storage lost the data
     try:
         with pytest.raises(Exception):
             hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)

@@ -2,8 +2,7 @@
 
 Endpoint shapes, headers and error codes follow what the real client needs: typed errors carry ``X-Error-Code``
 (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) and ``X-Error-Message``; resolve answers carry
-``X-Repo-Commit`` and an ``ETag`` (git sha1, or sha256 for LFS files); no ``X-Xet-*`` header is ever sent, so
-clients use plain HTTP and LFS. Access is checked as on the Hub (see `common`); the routes live in
+``X-Repo-Commit`` and an ``ETag`` (git sha1, or sha256 for LFS files); and for files uploaded through Xet also ``X-Xet-Hash`` (the Xet protocol itself lives in ``xet.py``). Access is checked as on the Hub (see `common`); the routes live in
 `routes_repos`, `routes_files` and `routes_control`.
 """
 
@@ -16,11 +15,12 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from .auth import TokenSpec, TokenStore
-from .common import URL_PREFIX, Hub, Limits, hub_error_handler, private_path
+from .common import URL_PREFIX, Hub, Limits, api_repo, hub_error_handler, private_path
 from .control import ControlMiddleware, HubControl, quiet_truncation_logs
 from .limits import LimitsMiddleware
 from .routes_control import control_faults, control_requests, control_reset, control_trust
-from .routes_files import commit, lfs_routes, preupload, resolve_route, xet_token
+from . import xet
+from .routes_files import commit, lfs_routes, preupload, resolve_route
 from .routes_repos import (
     agent_harnesses,
     branch,
@@ -46,8 +46,8 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
     """A Hub-compatible ASGI app storing its repositories (and ``tokens.json``) under ``root``.
 
     ``trusted_orgs``: organizations whose overview says ``trustedKernelPublisher: true``. ``lfs_threshold``: files of
-    this many bytes or more (or matching the repo's LFS patterns, e.g. ``*.so``) are uploaded through LFS; None
-    inlines every file in the commit (for clients with Xet enabled). ``tokens``: tokens known in memory, beside
+    this many bytes or more (or matching the repo's LFS patterns, e.g. ``*.so``) are uploaded as large files (Xet
+    or the LFS batch API); None inlines every file in the commit. ``tokens``: tokens known in memory, beside
     those of ``root/tokens.json``. ``test_mode`` turns on the ``/_hubkernels/`` control routes (admin tokens only).
     ``app.state.hub.control`` is the in-process handle on the request log and fault rules.
     """
@@ -76,9 +76,8 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
         Route(f"{api}/tag/{{rev}}", delete_tag, methods=["DELETE"]),
         Route(f"{api}/preupload/{{rev}}", preupload, methods=["POST"]),
         Route(f"{api}/commit/{{rev}}", commit, methods=["POST"]),
-        Route(f"{api}/xet-write-token/{{rev}}", xet_token, methods=["GET"]),
-        Route(f"{api}/xet-read-token/{{rev}}", xet_token, methods=["GET"]),
     ]
+    routes += xet.xet_routes(api_repo)
     for repo_type, prefix in URL_PREFIX.items():
         if prefix:
             routes += lfs_routes(prefix, repo_type)
@@ -87,6 +86,7 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
     routes.append(resolve_route("", "model"))
 
     storage = Storage(Path(root))
+    xet.install(storage)
     control = HubControl(set(trusted_orgs))
     state = Hub(storage, control, lfs_threshold, TokenStore(storage.root, tokens), test_mode=test_mode,
                 limits=limits)

@@ -17,9 +17,9 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve", help="run a Hub-compatible server (git-backed) for publishing and loading kernels locally",
         description="Run a Hugging Face Hub-compatible HTTP server that stores repositories as git repos under "
-                    "--root. Point clients at it with HF_ENDPOINT=<printed URL>, HF_HUB_DISABLE_XET=1 and "
-                    "HF_TOKEN=<a token from `hubkernels serve token create`>. Anonymous clients read public "
-                    "repositories only.")
+                    "--root. Point clients at it with HF_ENDPOINT=<printed URL> and HF_TOKEN=<a token from "
+                    "`hubkernels serve token create`>; large files travel through Xet (huggingface_hub with hf_xet) "
+                    "or the LFS batch API (clients without hf_xet). Anonymous clients read public repositories only.")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1); any other than loopback needs a token first")
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default 0)")
@@ -28,8 +28,8 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--trusted-org", dest="trusted_orgs", action="append", default=[], metavar="ORG",
                         help="organization reported as a trusted kernel publisher (repeatable)")
     parser.add_argument("--lfs-threshold", type=int, default=1024, metavar="BYTES",
-                        help="files of this size or more are uploaded through LFS; -1 inlines every file "
-                             "(for clients with Xet enabled) (default 1024)")
+                        help="files of this size or more are uploaded as large files (Xet or LFS); -1 inlines "
+                             "every file in the commit (default 1024)")
     parser.add_argument("--max-body-mb", type=int, default=64, metavar="MIB",
                         help="largest JSON/NDJSON request body accepted, in MiB (default 64)")
     parser.add_argument("--read-timeout", type=float, default=60.0, metavar="SECONDS",

@@ -119,11 +119,15 @@ def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], defaul
     return value
 
 
-def entry_json(entry: Entry, repo: Repo | None = None, commit: str | None = None) -> dict[str, Any]:
+def entry_json(entry: Entry, repo: Repo, commit: str, expand: bool = False) -> dict[str, Any]:
+    """A tree / paths-info entry as the Hub lists it (``xetHash`` for files stored through Xet)."""
     out: dict[str, Any] = {"type": entry.type, "oid": entry.oid, "size": entry.size, "path": entry.path}
     if entry.lfs:
         out["lfs"] = {"oid": entry.lfs.sha256, "size": entry.lfs.size, "pointerSize": entry.lfs.pointer_size}
-    if repo is not None and commit is not None:
+        xet_hash = repo.storage.xet.file_for_sha256(entry.lfs.sha256) if repo.storage.xet else None
+        if xet_hash:
+            out["xetHash"] = xet_hash
+    if expand:
         last = repo.log(commit, limit=1, path=entry.path)
         if last:
             out["lastCommit"] = {"id": last[0].oid, "title": last[0].title, "date": hub_date(last[0].timestamp)}

@@ -267,9 +267,14 @@ class Repo:
         if op.kind == "file":
             return op.content
         size = self.storage.lfs_size(op.lfs_oid)
+        if size is None and self.storage.xet is not None and self.has_object(op.lfs_oid) \
+                and self.storage.xet.fill_lfs(op.lfs_oid):
+            size = self.storage.lfs_size(op.lfs_oid)  # uploaded through Xet: rebuilt from its xorbs, sha256 checked
         if size is None or (op.lfs_size is not None and op.lfs_size != size) or not self.has_object(op.lfs_oid):
             raise HubError(400, f"LFS object {op.lfs_oid} (size {op.lfs_size}) for {op.path!r} was never uploaded "
-                                f"to {self.repo_id}: upload it first (LFS batch API), then commit.")
+                                f"to {self.repo_id}: upload it first (LFS batch API, or Xet with a current hf_xet: "
+                                "`pip install -U hf_xet`, older ones do not send the sha256 this hub needs), then "
+                                "commit.")
         return LfsPointer.render(op.lfs_oid, size)
 
     def _write_blobs(self, contents: list[bytes]) -> Iterator[str]:

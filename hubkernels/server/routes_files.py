@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from . import xet
 from .common import (
     URL_PREFIX,
     api_repo,
@@ -44,11 +45,6 @@ from .storage import (
 
 _CHUNK = 1 << 20
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
-
-
-def xet_token(request: Request) -> Response:
-    raise HubError(501, "This local hub does not speak Xet: set HF_HUB_DISABLE_XET=1 before importing "
-                        "huggingface_hub (or start the hub with lfs_threshold=None so every file is inlined).")
 
 
 # -- uploads ----------------------------------------------------------------------------------------------------
@@ -219,6 +215,7 @@ def _resolve_file(request: Request, repo_type: str) -> Response:
     if entry.lfs:
         headers["X-Linked-Etag"] = f'"{entry.lfs.sha256}"'
         headers["X-Linked-Size"] = str(size)
+        headers.update(xet.resolve_headers(request, repo, commit, entry))
     start, end = 0, size - 1
     status = 200
     range_header = request.headers.get("range")

@@ -192,7 +192,7 @@ def list_tree(request: Request) -> Response:
     recursive = request.query_params.get("recursive", "").lower() in ("1", "true")
     expand = request.query_params.get("expand", "").lower() in ("1", "true")
     entries: Iterable[Entry] = snap.walk(directory) if recursive else snap.children.get(directory, [])
-    return JSONResponse([entry_json(e, repo if expand else None, commit) for e in entries])
+    return JSONResponse([entry_json(e, repo, commit, expand) for e in entries])
 
 
 async def paths_info(request: Request) -> Response:
@@ -206,7 +206,7 @@ async def paths_info(request: Request) -> Response:
         commit = repo.resolve(param(request, "rev"))
         snap = repo.snapshot(commit)
         found = [snap.entries[p.strip("/")] for p in paths if p.strip("/") in snap.entries]
-        return [entry_json(e, repo if expand else None, commit) for e in found]
+        return [entry_json(e, repo, commit, expand) for e in found]
 
     return JSONResponse(await run_in_threadpool(work))
 

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .model import (  # noqa: F401  (re-exported: the routes and other modules import them from here)
     _CONTROL_RE,
@@ -54,6 +55,9 @@ from .model import (  # noqa: F401  (re-exported: the routes and other modules i
 )
 from .repo import _LINKS_SCANNED, OBJECT_LINKS, PRIVATE_MARKER, Repo  # noqa: F401
 
+if TYPE_CHECKING:
+    from .xet_store import XetStore
+
 
 class Storage:
     """All repositories and LFS objects under one root directory."""
@@ -72,6 +76,7 @@ class Storage:
         self._snapshots = _LRU(256)
         self._commits = _LRU(4096)
         self._pointer_cache: dict[str, LfsPointer | None] = {}
+        self.xet: XetStore | None = None  # set by hubkernels.server.xet.install
         self._env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(self.root),

@@ -22,11 +22,6 @@ from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub
 SECRET = b"the private weights\n" * 300  # 6 KB: stored through LFS
 
 
-@pytest.fixture(autouse=True)
-def _plain_lfs(monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-
-
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
     """A test-mode hub with a public and a private kernel repo of `org`, and tokens for an intruder."""

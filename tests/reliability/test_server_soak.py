@@ -23,11 +23,6 @@ SERVER = [sys.executable, "-m", "hubkernels.server"]
 COMMITS, LOADS = 60, 140
 
 
-@pytest.fixture(autouse=True)
-def _plain_lfs(monkeypatch):
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-
-
 def _token(root: Path, *args: str, command: list[str] = SERVER) -> str:
     done = subprocess.run([*command, "token", "create", "--root", str(root), *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
