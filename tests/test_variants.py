@@ -290,8 +290,8 @@ def test_kernels_minver_refuses_what_kernels_refuses(minver: str | None, tmp_pat
     from kernels.validate import MinverValidator
 
     assert tuple(int(p) for p in kernels.__version__.split(".")[:3]) == KERNELS_COMPAT
-    raw = {"name": "tiny-k", "id": "_tiny_k_cpu_1", "version": 1, "license": "MIT", "python-depends": [], "kernel-depends": [],
-           "backend": {"type": "cpu"}, **({"kernels-minver": minver} if minver else {})}
+    raw = {"name": "tiny-k", "id": "_tiny_k_cpu_1", "version": 1, "license": "MIT", "python-depends": [],
+           "kernel-depends": [], "backend": {"type": "cpu"}, **({"kernels-minver": minver} if minver else {})}
     (tmp_path / "metadata.json").write_text(json.dumps(raw))
     try:
         MinverValidator().validate_metadata(metadata=KMetadata.read_from_file(tmp_path / "metadata.json"),
