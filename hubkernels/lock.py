@@ -128,7 +128,8 @@ def read_dependencies(pyproject: str | Path) -> dict[str, int]:
     try:
         data = tomllib.loads(pyproject.read_text())
     except FileNotFoundError:
-        raise LockFileError(f"{pyproject} does not exist; list the kernels to lock in its {_TABLE} table") from None
+        raise LockFileError(f"{pyproject} does not exist: name the kernels (`hubkernels lock ORG/NAME@vN`), or list "
+                            f"them in its {_TABLE} table") from None
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise LockFileError(f"{pyproject} cannot be read ({e})") from None
     deps = data.get("tool", {}).get("kernels", {}).get("dependencies")
@@ -183,7 +184,8 @@ def _pre017_entry(item: dict[str, Any]) -> LockEntry:
 
 
 def _old_entry(data: dict[str, Any]) -> LockEntry:
-    return LockEntry(str(data["repo_id"]), _commit(data["commit"]), data.get("version"), data.get("revision"),
+    commit, version, revision = _commit(data["commit"]), data.get("version"), data.get("revision")
+    return LockEntry(str(data["repo_id"]), commit, version, commit if version is None and revision is None else revision,
                      _variants(data["variants"]))
 
 

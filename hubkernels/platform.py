@@ -18,7 +18,7 @@ BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "cann", "neuron", "tpu", "npu
 _TORCH = re.compile(r"^torch(\d)(\d+)(?:-(cxx11|cxx98))?$")
 _STABLE = re.compile(r"^torch-stable-abi(\d)(\d+)$")
 _TVM = re.compile(r"^tvm-ffi(\d+?)(\d+)$")
-_COMPUTE = re.compile(r"^(?:(cpu|metal|neuron|tpu)|cu(\d+)(\d)|rocm(\d+)(\d)|xpu(\d{4})(\d+)|cann(\d+)(\d))$")
+_COMPUTE = re.compile(r"^(?:(cpu|metal|neuron|tpu)|cu(\d+)(\d)|rocm(\d+)(\d)|xpu(\d+)(\d)|cann(\d+)(\d))$")
 _CPU_ALIASES = {"arm64": "aarch64", "amd64": "x86_64", "x64": "x86_64"}
 
 

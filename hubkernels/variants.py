@@ -23,7 +23,8 @@ DIFFERENCES = (
     "an installed tvm_ffi, and then, for a backend minor of 0, ties it with torch-<backend> in set order",
     "variants of equal preference are ordered by name; kernels keeps the order of a Python set, which changes "
     "with the hash seed",
-    "a CUDA/ROCm build loads if any visible GPU supports it; kernels checks only the current device",
+    "a CUDA/ROCm build loads if any visible GPU supports it; kernels checks only the current device, and "
+    "get_local_kernel not at all",
     "kernels-minver is compared with 0.17.2, the kernels release hubkernels follows; kernels compares it with "
     "its own installed version",
 )

@@ -13,7 +13,7 @@ from hubkernels import cli
 from hubkernels.errors import DigestError, UsageError
 from hubkernels.fetch import get_kernel
 from hubkernels.fetch.locked import install_locked, load_locked, lock, lock_project
-from hubkernels.lock import LockFileError, digests_path, read_lock
+from hubkernels.lock import LockFileError, digests_path, read_lock, write_lock
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
 from test_fetch import run_python
@@ -123,9 +123,12 @@ def test_older_lock_formats_still_load(kernel, tmp_path: Path) -> None:
     meta = (root / "build" / "torch-cpu" / "metadata.json").read_bytes()
     ours_v1 = tmp_path / "format1.lock"
     ours_v1.write_text(json.dumps({"hubkernels_lock": 1, "kernels": [{
-        "repo_id": repo_id, "version": 1, "revision": None, "commit": commit,
+        "repo_id": repo_id, "version": None, "revision": None, "commit": commit,
         "variants": {"torch-cpu": {"metadata_sha256": hashlib.sha256(meta).hexdigest(), "files": {}}}}]}))
     assert load_locked(repo_id, lockfile=ours_v1, cache_dir=tmp_path / "c").VALUE == 10
+    write_lock(tmp_path / "migrated.lock", read_lock(ours_v1).values())  # "the newest" is kept as the commit
+    assert json.loads((tmp_path / "migrated.lock").read_text()) == \
+        [{"dependency": {"repo-id": repo_id, "revision": commit}, "lock": {"commit": commit}}]
     pre017 = tmp_path / "pre017.lock"  # what kernels wrote before 0.17: a commit per repo and per-variant hashes
     pre017.write_text(json.dumps([{"repo_id": repo_id, "sha": commit, "variants": {
         "torch-cpu": {"hash": "sha256-00", "hash_type": "git_lfs_concat"}}}]))
