@@ -183,3 +183,32 @@ def test_a_lock_written_by_hubkernels_downloads_with_kernels(tiny_repo, tmp_path
         print(kernels.get_locked_kernel({repo_id!r}, lockfile=Path({str(project / 'kernels.lock')!r})).VALUE)
         """, cache)
     assert out.stdout.strip() == "7"
+
+
+def test_both_tools_lock_the_kernels_a_kernel_depends_on_alike(tiny_repo, tmp_path: Path, monkeypatch) -> None:
+    from hubkernels import cli
+    from hubkernels.build import build
+    from test_publish import make_kernel, new_repo
+
+    dep_id, dep_commit = tiny_repo
+    root = make_kernel(tmp_path / "user", value=8)
+    toml = (root / "build.toml").read_text()
+    (root / "build.toml").write_text(toml.replace("[general]\n", f'[general]\nkernel-depends = [{{ repo-id = "{dep_id}", '
+                                                                  "version = 1 }]\n", 1))
+    build(root, backend="cpu", quiet=True)
+    user_id = new_repo()
+    user_commit = upload(root, repo_id=user_id).commit
+
+    theirs = _project(tmp_path / "theirs", f'"{user_id}" = 1\n')
+    done = _kernels_cli("lock", str(theirs), cache=tmp_path / "kcache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = _project(tmp_path / "ours", f'"{user_id}" = 1\n')
+    monkeypatch.setenv("HUBKERNELS_CACHE", str(tmp_path / "hcache"))
+    assert cli.main(["lock", str(ours)]) == 0
+
+    def locked(project: Path) -> list[dict]:
+        return sorted(json.loads((project / "kernels.lock").read_text()), key=lambda e: e["dependency"]["repo-id"])
+
+    assert locked(ours) == locked(theirs) == sorted(
+        [{"dependency": {"repo-id": r, "version": 1}, "lock": {"commit": c}}
+         for r, c in ((user_id, user_commit), (dep_id, dep_commit))], key=lambda e: e["dependency"]["repo-id"])
