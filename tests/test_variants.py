@@ -180,6 +180,9 @@ REPOS: dict[str, list[str]] = {
     "universal-and-cuda": ["torch-universal", "torch-cuda"],
     "tvm-ffi-and-torch": _arch(["tvm-ffi01", "torch213-cxx11"], ["cu130", "cpu"]) + ["torch-cuda"],
     "cxx98-legacy": _arch(["torch211-cxx98", "torch211-cxx11", "torch212-cxx98"], ["cpu", "cu126"]),
+    "neuron-tpu-npu": ["torch213-cxx11-neuron-x86_64-linux", "torch213-tpu-x86_64-linux", "torch-neuron", "torch-tpu",
+                       "torch-stable-abi212-cann80-aarch64-linux", "torch213-cann81-aarch64-linux", "torch-npu",
+                       "torch-universal"],
     "windows-and-mac": ["torch213-cu130-x86_64-windows", "torch213-cpu-x86_64-windows", "torch213-cpu-aarch64-darwin",
                         "torch213-metal-aarch64-darwin", "torch-stable-abi212-metal-aarch64-darwin"],
 }
@@ -219,6 +222,10 @@ MORE_SYSTEMS: dict[str, System] = {
     "metal-2.13-macos15": _sys("2.13", "metal", cpu="aarch64", os_="darwin", macos=(15, 4)),
     "cpu-2.13-mac": _sys("2.13", "cpu", cpu="aarch64", os_="darwin", macos=(26, 0)),
     "rocm72-2.14": _sys("2.14", "rocm", (7, 2)),
+    "neuron-2.13": _sys("2.13", "neuron"),
+    "tpu-2.13": _sys("2.13", "tpu"),
+    "cann80-2.13-arm": _sys("2.13", "cann", (8, 0), cpu="aarch64"),
+    "cann81-2.13-arm": _sys("2.13", "cann", (8, 1), cpu="aarch64"),
 }
 
 GRID = [(s, r) for s in {**SYSTEMS, **MORE_SYSTEMS} for r in {**REPOS, **BOTH_KINDS}]
@@ -232,7 +239,8 @@ def test_the_grid_is_wide() -> None:
     assert len(GRID) >= 60
     names = {n for r in {**REPOS, **BOTH_KINDS}.values() for n in r}
     for part in ("torch211", "torch212", "torch213", "torch214", "torch215", "-cpu-", "cu126", "cu130", "rocm",
-                 "xpu", "metal", "torch-cpu", "stable-abi", "-cxx11-", "torch213-cu130"):
+                 "xpu", "metal", "neuron", "tpu", "cann", "torch-npu", "torch-universal", "torch-cpu", "stable-abi",
+                 "-cxx11-", "torch213-cu130"):
         assert any(part in n for n in names), part
 
 
