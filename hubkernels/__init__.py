@@ -20,7 +20,7 @@ _EXPORTS = {
     "has_kernel": "hubkernels.fetch",
     "get_kernel_variants": "hubkernels.fetch",
     "install_kernel": "hubkernels.fetch",
-    "load_locked": "hubkernels.lock",
+    "load_locked": "hubkernels.fetch.locked",
     "kernelize": "hubkernels.integrations",
     "from_pretrained": "hubkernels.integrations",
     **{name: "hubkernels.layers" for name in (
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .platform import System, Variant
     from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
     from .integrations import from_pretrained, kernelize
-    from .lock import load_locked
+    from .fetch.locked import load_locked
     from .layers import (CUDAProperties, Device, KernelizeFallback, LayerMatch, LayerRepository,
                          LocalLayerRepository, LockedLayerRepository, Mode, ROCMProperties, kernelized_layers,
                          register_kernel_mapping, replace_kernel_forward_from_hub, use_kernel_forward_from_hub,

@@ -38,7 +38,7 @@ def _cmd_variants(args: argparse.Namespace) -> int:
     from .config import load_config
     from .load import variant_dirs
     from .platform import System
-    from .variants import resolve, system_variants
+    from .variants import DIFFERENCES, KERNELS_COMPAT, resolve, system_variants
 
     load_config(args.path)  # validates build.toml: errors exit 2 naming file, table and key
     system = System.current()
@@ -52,13 +52,17 @@ def _cmd_variants(args: argparse.Namespace) -> int:
         print(json.dumps({"system": acceptable, "chosen": str(resolution.chosen) if resolution.chosen else None,
                           "trace": [{"variant": str(e.variant), "accepted": True} if hasattr(e, "variant")
                                     else {"variant": e.name, "accepted": False, "reason": e.reason}
-                                    for e in resolution.trace]}, indent=2))
+                                    for e in resolution.trace],
+                          "differences_from_kernels": list(DIFFERENCES)}, indent=2))
         return 0
     print("This system accepts, best first:")
     for name in acceptable:
         print(f"  {name}")
     print(f"\nBuilt variants in {args.path}:")
     print(resolution.describe())
+    print(f"\nThe same choice as HF kernels {'.'.join(map(str, KERNELS_COMPAT))}, except:")
+    for line in DIFFERENCES:
+        print(f"  - {line}")
     return 0
 
 

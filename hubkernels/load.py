@@ -20,7 +20,7 @@ from . import digest as _digest
 from .errors import KernelLoadError, VariantNotFoundError
 from .metadata import Metadata
 from .platform import System
-from .variants import Resolution, require, resolve
+from .variants import Resolution, archs_support, minver_reason, require, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -82,30 +82,28 @@ def get_local_kernel(repo_path: str | Path, backend: str | None = None, *, verif
 
 
 def check_capability(metadata: Metadata, system: System) -> None:
-    """Refuse a CUDA variant none of whose archs runs on the visible GPUs, saying which archs it has."""
-    if metadata.backend_type != "cuda" or not metadata.archs or not system.capabilities:
+    """Refuse a GPU variant none of whose archs runs on the visible GPUs, or one that needs a newer `kernels`."""
+    minver = minver_reason(metadata.extra.get("kernels-minver"))
+    if minver is not None:
+        raise KernelLoadError(f"{metadata.name} ({metadata.id}) cannot load: {minver}.")
+    if not metadata.archs:
         return
-    for cap in system.capabilities:
-        if any(_arch_runs_on(arch, cap) for arch in metadata.archs):
+    if metadata.backend_type == "cuda" and system.capabilities:
+        if any(archs_support(metadata.archs, cap) for cap in system.capabilities):
             return
-    have = ", ".join(f"{a}.{b}" for a, b in system.capabilities)
+        have = ", ".join(f"{a}.{b}" for a, b in system.capabilities)
+        kind = "CUDA capabilities"
+    elif metadata.backend_type == "rocm" and system.rocm_archs:
+        if any(gfx in metadata.archs for gfx in system.rocm_archs):
+            return
+        have, kind = ", ".join(system.rocm_archs), "ROCm archs"
+    else:
+        return
     raise KernelLoadError(
-        f"{metadata.name} ({metadata.id}) was built for CUDA capabilities {', '.join(metadata.archs)}, "
+        f"{metadata.name} ({metadata.id}) was built for {kind} {', '.join(metadata.archs)}, "
         f"but the GPUs here are {have}. Ask for a build that includes your GPU's capability, or build it "
         "yourself with `hubkernels build` on this machine."
     )
-
-
-def _arch_runs_on(arch: str, cap: tuple[int, int]) -> bool:
-    ptx = arch.endswith("+PTX")
-    base = arch.removesuffix("+PTX")
-    specific = base[-1] in "af"
-    major, minor = (int(x) for x in base.rstrip("af").split("."))
-    if specific:
-        return (major, minor) == cap
-    if ptx:
-        return (major, minor) <= cap
-    return major == cap[0] and minor <= cap[1]  # SASS runs on the same major, equal or newer minor
 
 
 def _check_python_depends(metadata: Metadata) -> None:

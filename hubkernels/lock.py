@@ -1,33 +1,36 @@
-"""Lock files: pin Hub kernels to exact commits and the exact bytes of every variant, and load only that.
+"""Lock files, the format only: HF `kernels`' `kernels.lock`, our digests beside it, and `pyproject.toml`'s list.
 
-`hubkernels lock ORG/NAME[@vN|@rev]... [--output kernels.lock]` writes, per kernel, the resolved commit and, for
-every variant at that commit, the sha256 of its metadata.json plus the per-file digest it carries (so the
-metadata hash pins every file). `load_locked(repo_id, lockfile=...)` (or `get_kernel(repo_id, lockfile=...)`)
-loads that commit and refuses a variant whose metadata.json is not byte-for-byte the locked one.
+`kernels.lock` is exactly what `kernels lock` (0.17.2) writes and `kernels download` reads: a JSON list of
+`{"dependency": {"repo-id": ..., "version": N | "revision": ...}, "lock": {"commit": <40 hex>}}`. Its reader
+rejects any key it does not know, so what hubkernels adds (per variant: the sha256 of metadata.json and the
+per-file digest it carries) lives beside it, in `<lockfile>.digests`, keyed by repo and commit; a lock that
+`kernels lock` rewrote simply has no digests for the commits it changed. The kernels to lock are declared in
+`pyproject.toml` as `[tool.kernels.dependencies]` `"org/name" = <major version>`.
 
-Format (JSON): {"hubkernels_lock": 1, "kernels": [{"repo_id", "version", "revision", "commit",
-"variants": {"<variant>": {"metadata_sha256", "algorithm", "files": {path: b64 digest}}}}]}.
-`version`/`revision` record what was asked for (null when neither was: the newest version).
+Older files still read: hubkernels' format 1 (`{"hubkernels_lock": 1, ...}`) and the list of
+`{"repo_id", "sha", "variants"}` that kernels wrote before 0.17. Resolving and loading live in
+`hubkernels.fetch.locked` (`lock`, `load_locked`, ...), still importable from here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Sequence
+import re
+import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from .errors import HubkernelsError, UsageError
-from .fetch import TrustRemoteCode, _tree, import_installed, install, parse_spec, resolve_ref
-from .fetch._hub import KernelNotFoundError, Remote
-from .fetch._local import RepoState
-from .metadata import Metadata
+from .errors import HubkernelsError
 
-FORMAT = 1
 DEFAULT_LOCKFILE = "kernels.lock"
+DIGESTS_SUFFIX = ".digests"
+#: The format of the digests file (and of the old single-file hubkernels lock).
+FORMAT = 1
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+_TABLE = "[tool.kernels.dependencies]"
 
 
 class LockFileError(HubkernelsError, ValueError):
@@ -36,14 +39,16 @@ class LockFileError(HubkernelsError, ValueError):
 
 @dataclass(frozen=True)
 class LockedVariant:
+    """What one variant must be: the sha256 of its metadata.json and the per-file digest that file carries."""
+
     metadata_sha256: str
-    algorithm: str
-    files: dict[str, str]
+    algorithm: str = "sha256"
+    files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class LockEntry:
-    """One locked kernel: the commit and what each of its variants must be."""
+    """One locked kernel: what was asked for (`version` or `revision`), the commit, and its variants' digests."""
 
     repo_id: str
     commit: str
@@ -51,71 +56,37 @@ class LockEntry:
     revision: str | None = None
     variants: dict[str, LockedVariant] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"repo_id": self.repo_id, "version": self.version, "revision": self.revision, "commit": self.commit,
-                "variants": {name: {"metadata_sha256": v.metadata_sha256, "algorithm": v.algorithm, "files": v.files}
-                             for name, v in sorted(self.variants.items())}}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LockEntry:
-        return cls(repo_id=str(data["repo_id"]), commit=str(data["commit"]), version=data.get("version"),
-                   revision=data.get("revision"),
-                   variants={name: LockedVariant(str(v["metadata_sha256"]), str(v.get("algorithm", "sha256")),
-                                                 dict(v.get("files") or {}))
-                             for name, v in dict(data["variants"]).items()})
+def digests_path(lockfile: str | Path) -> Path:
+    """Where the digests of `lockfile` live: `kernels.lock` -> `kernels.lock.digests`."""
+    lockfile = Path(lockfile)
+    return lockfile.with_name(lockfile.name + DIGESTS_SUFFIX)
 
 
-def lock_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None,
-                cache_dir: str | Path | None = None) -> LockEntry:
-    """Resolve one kernel on the Hub now and record its commit and every variant's metadata hash and digest."""
-    state, remote = RepoState(repo_id, cache_dir), Remote(repo_id)
-    ref = resolve_ref(state, remote, version, revision, max_age=0.0)  # a lock records the Hub as it is now
-    tree = _tree(state, remote, ref.commit)
-    if tree is None:
-        raise KernelNotFoundError(f"HF_HUB_OFFLINE=1 and the variants of {repo_id}@{ref.commit[:7]} were never "
-                                  "listed here; lock needs the Hub.")
-    metas = sorted(p for p in tree if p.count("/") == 2 and p.endswith("/metadata.json"))
-    missing = [p for p in metas if not (state.repo_dir / "snapshots" / ref.commit / p).is_file()]
-    if missing:
-        remote.download(ref.commit, missing, state.cache, force=False, label=f"{repo_id} metadata")
-    variants: dict[str, LockedVariant] = {}
-    for p in metas:
-        raw = (state.repo_dir / "snapshots" / ref.commit / p).read_bytes()
-        if not tree[p].matches(raw):
-            raise LockFileError(f"the cached {p} of {repo_id}@{ref.commit[:7]} differs from the Hub's; delete "
-                                f"{state.repo_dir} and lock again")
-        digest = Metadata.from_dict(json.loads(raw)).digest or {}
-        variants[p.split("/")[1]] = LockedVariant(hashlib.sha256(raw).hexdigest(), str(digest.get("algorithm", "sha256")),
-                                                  dict(digest.get("files") or {}))
-    if not variants:
-        raise KernelNotFoundError(f"{repo_id}@{ref.commit[:7]} has no build variants to lock")
-    return LockEntry(repo_id, ref.commit, version, revision, variants)
-
-
-def lock(specs: Sequence[str], output: str | Path | None = DEFAULT_LOCKFILE, *,
-         cache_dir: str | Path | None = None) -> list[LockEntry]:
-    """Lock `org/name[@vN|@rev]` specs; with `output`, merge them into that file (other kernels stay as they were)."""
-    if not specs:
-        raise UsageError("name at least one kernel to lock, e.g. `hubkernels lock hubkernels/ltx-kernels@v1`")
-    entries = []
-    for spec in specs:
-        repo_id, version, revision = parse_spec(spec)
-        entries.append(lock_kernel(repo_id, version=version, revision=revision, cache_dir=cache_dir))
-    if output is not None:
-        path = Path(output)
-        kept = {e.repo_id: e for e in read_lock(path).values()} if path.is_file() else {}
-        kept.update({e.repo_id: e for e in entries})
-        write_lock(path, kept.values())
-    return entries
-
-
-def write_lock(path: str | Path, entries: Sequence[LockEntry] | Any) -> None:
-    data = {"hubkernels_lock": FORMAT, "kernels": [e.to_json() for e in sorted(entries, key=lambda e: e.repo_id)]}
-    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+def write_lock(path: str | Path, entries: Iterable[LockEntry]) -> None:
+    """Write `path` in kernels' format and, if any entry has digests, `<path>.digests` beside it."""
+    entries = sorted(entries, key=lambda e: e.repo_id)
+    locks = []
+    for e in entries:
+        if e.version is None and e.revision is None:
+            raise LockFileError(f"{e.repo_id}: a lock entry needs the version or revision it was resolved from")
+        dep: dict[str, Any] = {"repo-id": e.repo_id}
+        dep.update({"version": e.version} if e.version is not None else {"revision": e.revision})
+        locks.append({"dependency": dep, "lock": {"commit": e.commit}})
+    digests = {e.repo_id: {"commit": e.commit, "variants": {
+        name: {"metadata_sha256": v.metadata_sha256, "algorithm": v.algorithm, "files": v.files}
+        for name, v in sorted(e.variants.items())}} for e in entries if e.variants}
+    path = Path(path)
+    _write_atomic(path, json.dumps(locks, indent=2) + "\n")
+    side = digests_path(path)
+    if digests:
+        _write_atomic(side, json.dumps({"hubkernels_digests": FORMAT, "kernels": digests}, indent=2) + "\n")
+    elif side.exists():
+        side.unlink()
 
 
 def read_lock(path: str | Path) -> dict[str, LockEntry]:
-    """{repo_id: entry} from a lock file, with an error that says how to make one if it is unusable."""
+    """{repo_id: entry} from a lock file (kernels', or an older format), with its digests where they still apply."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -123,17 +94,27 @@ def read_lock(path: str | Path) -> dict[str, LockEntry]:
         raise LockFileError(f"{path} does not exist. Create it with `hubkernels lock ORG/NAME@vN --output {path}`.") \
             from None
     except (OSError, ValueError) as e:
-        raise LockFileError(f"{path} is not a readable lock file ({e})") from None
-    if not isinstance(data, dict) or data.get("hubkernels_lock") != FORMAT:
-        raise LockFileError(f"{path} is not a hubkernels lock file (format {FORMAT}); re-create it with "
-                            "`hubkernels lock`")
+        raise LockFileError(f"{path} is not a readable lock file ({e}); re-create it with `hubkernels lock`") from None
     try:
-        return {e.repo_id: e for e in (LockEntry.from_json(k) for k in data["kernels"])}
-    except (KeyError, TypeError, ValueError) as e:
-        raise LockFileError(f"{path} has a malformed entry ({e!r}); re-create it with `hubkernels lock`") from None
+        if isinstance(data, dict) and data.get("hubkernels_lock") == FORMAT:
+            return {e.repo_id: e for e in (_old_entry(k) for k in data["kernels"])}
+        if not isinstance(data, list):
+            raise TypeError("expected a JSON list of locked kernels")
+        entries = [_kernels_entry(item) if "dependency" in item else _pre017_entry(item) for item in data]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise LockFileError(f"{path} is not a kernels.lock file ({e}); re-create it with `hubkernels lock`") from None
+    digests = _read_digests(digests_path(path))
+    out: dict[str, LockEntry] = {}
+    for e in entries:
+        locked = digests.get(e.repo_id)
+        if locked is not None and locked.get("commit") == e.commit:
+            e = LockEntry(e.repo_id, e.commit, e.version, e.revision, _variants(locked["variants"]))
+        out.setdefault(e.repo_id, e)  # kernels also takes the first entry of a repo
+    return out
 
 
-def _entry(repo_id: str, lockfile: str | Path) -> LockEntry:
+def lock_entry(lockfile: str | Path, repo_id: str) -> LockEntry:
+    """The entry of `repo_id`, or an error that says how to add it."""
     entries = read_lock(lockfile)
     if repo_id not in entries:
         raise LockFileError(f"{lockfile} has no entry for {repo_id} (it locks: {', '.join(sorted(entries)) or 'none'})."
@@ -141,40 +122,109 @@ def _entry(repo_id: str, lockfile: str | Path) -> LockEntry:
     return entries[repo_id]
 
 
-def install_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, backend: str | None = None,
-                   trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
-                   cache_dir: str | Path | None = None) -> Path:
-    """Download and verify the locked commit's variant for this machine; returns its directory."""
-    entry = _entry(repo_id, lockfile)
-    return install(repo_id, revision=entry.commit, backend=backend, trust_remote_code=trust_remote_code,
-                   force_download=force_download, cache_dir=cache_dir,
-                   locked={n: v.metadata_sha256 for n, v in entry.variants.items()}).path
+def read_dependencies(pyproject: str | Path) -> dict[str, int]:
+    """`[tool.kernels.dependencies]` of a pyproject.toml: {"org/name": major version}."""
+    pyproject = Path(pyproject)
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except FileNotFoundError:
+        raise LockFileError(f"{pyproject} does not exist: name the kernels (`hubkernels lock ORG/NAME@vN`), or list "
+                            f"them in its {_TABLE} table") from None
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise LockFileError(f"{pyproject} cannot be read ({e})") from None
+    deps = data.get("tool", {}).get("kernels", {}).get("dependencies")
+    if not isinstance(deps, dict) or not deps:
+        raise LockFileError(f"{pyproject} has no {_TABLE} table; add one with lines like "
+                            '"kernels-community/activation" = 1, or run `hubkernels lock ORG/NAME@vN --project DIR`')
+    bad = [k for k, v in deps.items() if isinstance(v, bool) or not isinstance(v, int) or k.count("/") != 1]
+    if bad:
+        raise LockFileError(f"{pyproject} {_TABLE}: {', '.join(bad)} must be \"org/name\" = <major version number>")
+    return dict(deps)
 
 
-def load_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, backend: str | None = None,
-                trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
-                cache_dir: str | Path | None = None) -> ModuleType:
-    """Import the locked commit of `repo_id`; refuses a variant whose metadata.json differs from the lock."""
-    entry = _entry(repo_id, lockfile)
-    installed = install(repo_id, revision=entry.commit, backend=backend, trust_remote_code=trust_remote_code,
-                        force_download=force_download, cache_dir=cache_dir,
-                        locked={n: v.metadata_sha256 for n, v in entry.variants.items()})
-    return import_installed(installed)
+def add_dependency(pyproject: str | Path, repo_id: str, version: int) -> None:
+    """Set `"repo_id" = version` in `[tool.kernels.dependencies]`, keeping the rest of the file as it is."""
+    pyproject = Path(pyproject)
+    text = pyproject.read_text() if pyproject.exists() else ""
+    line = f'"{repo_id}" = {version}'
+    key = re.compile(rf'^[ \t]*["\']{re.escape(repo_id)}["\'][ \t]*=.*$', re.M)
+    header = re.compile(rf"^[ \t]*{re.escape(_TABLE)}[ \t]*(#.*)?$", re.M)
+    if key.search(text):
+        new = key.sub(line, text, count=1)
+    elif (m := header.search(text)) is not None:
+        new = text[:m.end()] + "\n" + line + text[m.end():]
+    else:
+        new = text + ("\n" if text and not text.endswith("\n") else "") + ("\n" if text else "") + f"{_TABLE}\n{line}\n"
+    try:
+        got = tomllib.loads(new).get("tool", {}).get("kernels", {}).get("dependencies", {})
+    except tomllib.TOMLDecodeError:
+        got = {}
+    if got.get(repo_id) != version:
+        raise LockFileError(f"cannot add {repo_id} to {pyproject} without rewriting it; add {line} under {_TABLE} "
+                            "yourself")
+    _write_atomic(pyproject, new)
 
 
-def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
-    """Add `hubkernels lock` (hubkernels.fetch.register_cli calls this; a second call is a no-op)."""
-    if "lock" in subparsers.choices:
-        return
-    p = subparsers.add_parser("lock", help="pin Hub kernels to exact commits and variant hashes in a lock file")
-    p.add_argument("kernels", nargs="+", metavar="ORG/NAME[@vN|@REV]", help="kernels to lock")
-    p.add_argument("-o", "--output", default=DEFAULT_LOCKFILE, help="lock file to write or update (kernels.lock)")
-    p.set_defaults(func=_cmd_lock)
+def _kernels_entry(item: dict[str, Any]) -> LockEntry:
+    dep, lock = item["dependency"], item["lock"]
+    unknown = (set(item) - {"dependency", "lock"}) | (set(dep) - {"repo-id", "version", "revision"}) | \
+        (set(lock) - {"commit"})
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    if ("version" in dep) == ("revision" in dep):
+        raise ValueError(f"{dep.get('repo-id')}: exactly one of version and revision is needed")
+    version = dep.get("version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+        raise ValueError(f"{dep['repo-id']}: version must be a number, got {version!r}")
+    return LockEntry(str(dep["repo-id"]), _commit(lock["commit"]), version, dep.get("revision"))
 
 
-def _cmd_lock(args) -> int:  # type: ignore[no-untyped-def]
-    for entry in lock(args.kernels, args.output):
-        asked = f"v{entry.version}" if entry.version is not None else entry.revision or "newest"
-        print(f"{entry.repo_id} ({asked}) -> {entry.commit}: {len(entry.variants)} variant(s)")
-    print(f"wrote {args.output}")
-    return 0
+def _pre017_entry(item: dict[str, Any]) -> LockEntry:
+    return LockEntry(str(item["repo_id"]), _commit(item["sha"]), revision=str(item["sha"]))
+
+
+def _old_entry(data: dict[str, Any]) -> LockEntry:
+    commit, version, revision = _commit(data["commit"]), data.get("version"), data.get("revision")
+    return LockEntry(str(data["repo_id"]), commit, version, commit if version is None and revision is None else revision,
+                     _variants(data["variants"]))
+
+
+def _variants(data: dict[str, Any]) -> dict[str, LockedVariant]:
+    return {name: LockedVariant(str(v["metadata_sha256"]), str(v.get("algorithm", "sha256")),
+                                dict(v.get("files") or {}))
+            for name, v in dict(data).items()}
+
+
+def _commit(value: object) -> str:
+    if not isinstance(value, str) or not _COMMIT.match(value):
+        raise ValueError(f"{value!r} is not a commit id (40 hex digits)")
+    return value
+
+
+def _read_digests(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise LockFileError(f"{path} is not readable ({e}); delete it or re-create it with `hubkernels lock`") from None
+    if not isinstance(data, dict) or data.get("hubkernels_digests") != FORMAT \
+            or not isinstance(data.get("kernels"), dict):
+        raise LockFileError(f"{path} is not a hubkernels digests file (format {FORMAT}); delete it or re-create it "
+                            "with `hubkernels lock`")
+    return data["kernels"]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def __getattr__(name: str) -> Any:
+    """`lock`, `lock_kernel`, `load_locked`, ... moved to hubkernels.fetch.locked; the old names still work."""
+    if name in ("lock", "lock_kernel", "lock_project", "install_locked", "load_locked", "register_cli"):
+        import importlib
+
+        return getattr(importlib.import_module("hubkernels.fetch.locked"), name)
+    raise AttributeError(f"module 'hubkernels.lock' has no attribute {name!r}")

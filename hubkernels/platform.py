@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform as _platform
 import re
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 
 #: Backends a variant can target (kernel-builder's list, plus HF's legacy `universal` noarch name).
@@ -17,7 +18,7 @@ BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "cann", "neuron", "tpu", "npu
 _TORCH = re.compile(r"^torch(\d)(\d+)(?:-(cxx11|cxx98))?$")
 _STABLE = re.compile(r"^torch-stable-abi(\d)(\d+)$")
 _TVM = re.compile(r"^tvm-ffi(\d+?)(\d+)$")
-_COMPUTE = re.compile(r"^(?:(cpu|metal|neuron|tpu)|cu(\d+)(\d)|rocm(\d+)(\d)|xpu(\d{4})(\d+)|cann(\d+)(\d))$")
+_COMPUTE = re.compile(r"^(?:(cpu|metal|neuron|tpu)|cu(\d+)(\d)|rocm(\d+)(\d)|xpu(\d+)(\d)|cann(\d+)(\d))$")
 _CPU_ALIASES = {"arm64": "aarch64", "amd64": "x86_64", "x64": "x86_64"}
 
 
@@ -70,8 +71,7 @@ class Variant:
             raise ValueError(f"{name!r}: expected <framework>-<compute>-<cpu>-<os>")
         compute, cpu, os_ = rest[0], "-".join(rest[1:-1]), rest[-1]
         backend, bver = _parse_compute(name, compute)
-        return cls(kind=kind, backend=backend, framework_version=fw, abi=abi, backend_version=bver,
-                   cpu=normalize_cpu(cpu), os=os_)
+        return cls(kind=kind, backend=backend, framework_version=fw, abi=abi, backend_version=bver, cpu=cpu, os=os_)
 
     def __str__(self) -> str:
         if self.kind == "noarch":
@@ -119,7 +119,15 @@ class System:
     cxx11_abi: bool = True
     capabilities: tuple[tuple[int, int], ...] = field(default=())
     macos_version: tuple[int, int] | None = None
-    free_threaded: bool = False
+    free_threaded: bool = False  # a free-threaded CPython before 3.15, which cannot load ABI3 extensions
+    rocm_archs: tuple[str, ...] = field(default=())  # gfx names of the visible ROCm GPUs
+
+    @property
+    def cxx_abi(self) -> str | None:
+        """The C++ ABI tag torch matches: cxx11 or cxx98 on Linux, None elsewhere (tags never match there)."""
+        if self.os != "linux":
+            return None
+        return "cxx11" if self.cxx11_abi else "cxx98"
 
     @classmethod
     def current(cls) -> "System":
@@ -129,8 +137,12 @@ class System:
         major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
         backend, bver = _detect_backend(torch)
         caps: tuple[tuple[int, int], ...] = ()
+        gfx: tuple[str, ...] = ()
         if backend in ("cuda", "rocm") and torch.cuda.is_available():
             caps = tuple(tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count()))  # type: ignore[misc]
+            if backend == "rocm":
+                gfx = tuple(str(torch.cuda.get_device_properties(i).gcnArchName).split(":")[0]
+                            for i in range(torch.cuda.device_count()))
         os_ = _platform.system().lower()
         macos = None
         if os_ == "darwin":
@@ -140,8 +152,8 @@ class System:
             torch_version=(major, minor), backend=backend, backend_version=bver,
             cpu=normalize_cpu(_platform.machine()), os=os_,
             cxx11_abi=bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)), capabilities=caps,
-            macos_version=macos,
-            free_threaded=bool(getattr(sys, "_is_gil_enabled", lambda: True)() is False),
+            macos_version=macos, rocm_archs=gfx,
+            free_threaded=sys.version_info < (3, 15) and bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         )
 
     def build_variant(self, backend: str | None = None) -> Variant:
@@ -157,6 +169,10 @@ class System:
 
 def _detect_backend(torch) -> tuple[str, tuple[int, int] | None]:  # type: ignore[no-untyped-def]
     """The backend torch was built for, in HF kernels' order (the toolkit torch was built with, not the driver)."""
+    if hasattr(torch.backends, "tpu"):
+        return "tpu", None
+    if hasattr(torch, "neuron"):  # before CUDA: the Neuron extension loads into CUDA torch builds too
+        return "neuron", None
     if getattr(torch.version, "cuda", None):
         a, b = torch.version.cuda.split(".")[:2]
         return "cuda", (int(a), int(b))
@@ -168,5 +184,11 @@ def _detect_backend(torch) -> tuple[str, tuple[int, int] | None]:  # type: ignor
         return "metal", None
     xpu = getattr(torch.version, "xpu", None)
     if xpu:
-        return "xpu", (int(xpu[:4]), int(xpu[4:6]))
+        return "xpu", (int(xpu[:4]), int(xpu[5:6]))  # "20250300" -> 2025.3, as kernels reads it
+    privateuse = getattr(torch._C, "_get_privateuse1_backend_name", lambda: None)()
+    if privateuse == "npu":
+        from torch_npu.utils.collect_env import get_cann_version  # type: ignore[import-not-found]
+
+        cann = get_cann_version()
+        return "cann", (int(cann[0]), int(cann[2]))
     return "cpu", None

@@ -1,11 +1,15 @@
 """The ltx-kernels CPU build of this checkout, published with hubkernels, loads through hubkernels and through
 Hugging Face `kernels` (0.17.2) from the same local Hub, gives identical results, and huggingface_hub sees
-exactly what was published. Request counts for both loaders are read from the server's own log.
+exactly what was published. Request counts for both loaders are read from the server's own log. A `kernels.lock`
+written by either tool (the real `kernels` CLI runs here) is used by the other.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -117,3 +121,101 @@ def test_bench_loader_script_measures_both_loaders(ltx_build, tmp_path: Path) ->
     assert results["hubkernels"]["warm"]["requests"] == 0 and results["hubkernels"]["warm"]["again_requests"] == 0
     assert results["kernels"]["warm"]["requests"] > 0
     assert "| hubkernels | " in done.stdout and "| kernels | " in done.stdout
+
+
+# -- one lock format: a lock either tool wrote works with the other ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_repo(hub, tmp_path_factory) -> tuple[str, str]:
+    """(repo id, commit of v1) of tiny-act (torch-cpu and torch-cuda, VALUE 7), published once for these tests."""
+    from test_publish import make_kernel, new_repo
+
+    repo_id = new_repo()
+    root = make_kernel(tmp_path_factory.mktemp("lock-interop") / "k", value=7, backends=("cpu", "cuda"))
+    return repo_id, upload(root, repo_id=repo_id).commit
+
+
+def _kernels_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    """The real `kernels` command of this environment, pointed at the test Hub with `cache` as its cache."""
+    exe = Path(sys.executable).parent / "kernels"
+    return subprocess.run([str(exe), *args], env={**os.environ, "HF_HUB_CACHE": str(cache)}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _project(root: Path, deps: str = "") -> Path:
+    root.mkdir()
+    (root / "pyproject.toml").write_text(f'[project]\nname = "app"\nversion = "0"\n\n'
+                                         f'[tool.kernels.dependencies]\n{deps}')
+    return root
+
+
+def test_a_lock_written_by_kernels_loads_with_hubkernels(tiny_repo, tmp_path: Path) -> None:
+    from hubkernels import load_locked
+
+    repo_id, commit = tiny_repo
+    theirs = _project(tmp_path / "theirs", f'"{repo_id}" = 1\n')
+    done = _kernels_cli("lock", str(theirs), cache=tmp_path / "kcache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert load_locked(repo_id, lockfile=theirs / "kernels.lock", cache_dir=tmp_path / "ours").VALUE == 7
+
+    ours = _project(tmp_path / "ours-project", f'"{repo_id}" = 1\n')
+    from hubkernels import cli
+
+    assert cli.main(["lock", str(ours)]) == 0
+    assert json.loads((ours / "kernels.lock").read_text()) == json.loads((theirs / "kernels.lock").read_text()) == \
+        [{"dependency": {"repo-id": repo_id, "version": 1}, "lock": {"commit": commit}}]
+
+
+def test_a_lock_written_by_hubkernels_downloads_with_kernels(tiny_repo, tmp_path: Path, monkeypatch) -> None:
+    from hubkernels import cli
+    from hubkernels.lock import digests_path
+
+    repo_id, commit = tiny_repo
+    project = _project(tmp_path / "app")
+    monkeypatch.setenv("HUBKERNELS_CACHE", str(tmp_path / "ours"))
+    assert cli.main(["lock", f"{repo_id}@v1", "--project", str(project)]) == 0
+    assert digests_path(project / "kernels.lock").is_file()  # our digests sit beside kernels' file, not in it
+
+    cache = tmp_path / "kcache"
+    done = _kernels_cli("download", str(project), cache=cache)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Downloading kernel: {repo_id} (revision: {commit})" in done.stderr
+    org, name = repo_id.split("/")
+    snapshot = cache / f"kernels--{org}--{name}" / "snapshots" / commit
+    assert (snapshot / "build" / "torch-cpu" / "metadata.json").is_file()
+    out = run_python(f"""
+        from pathlib import Path
+        import kernels
+        print(kernels.get_locked_kernel({repo_id!r}, lockfile=Path({str(project / 'kernels.lock')!r})).VALUE)
+        """, cache)
+    assert out.stdout.strip() == "7"
+
+
+def test_both_tools_lock_the_kernels_a_kernel_depends_on_alike(tiny_repo, tmp_path: Path, monkeypatch) -> None:
+    from hubkernels import cli
+    from hubkernels.build import build
+    from test_publish import make_kernel, new_repo
+
+    dep_id, dep_commit = tiny_repo
+    root = make_kernel(tmp_path / "user", value=8)
+    toml = (root / "build.toml").read_text()
+    (root / "build.toml").write_text(toml.replace("[general]\n", f'[general]\nkernel-depends = [{{ repo-id = "{dep_id}", '
+                                                                  "version = 1 }]\n", 1))
+    build(root, backend="cpu", quiet=True)
+    user_id = new_repo()
+    user_commit = upload(root, repo_id=user_id).commit
+
+    theirs = _project(tmp_path / "theirs", f'"{user_id}" = 1\n')
+    done = _kernels_cli("lock", str(theirs), cache=tmp_path / "kcache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = _project(tmp_path / "ours", f'"{user_id}" = 1\n')
+    monkeypatch.setenv("HUBKERNELS_CACHE", str(tmp_path / "hcache"))
+    assert cli.main(["lock", str(ours)]) == 0
+
+    def locked(project: Path) -> list[dict]:
+        return sorted(json.loads((project / "kernels.lock").read_text()), key=lambda e: e["dependency"]["repo-id"])
+
+    assert locked(ours) == locked(theirs) == sorted(
+        [{"dependency": {"repo-id": r, "version": 1}, "lock": {"commit": c}}
+         for r, c in ((user_id, user_commit), (dep_id, dep_commit))], key=lambda e: e["dependency"]["repo-id"])

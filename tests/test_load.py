@@ -10,7 +10,8 @@ import pytest
 
 import hubkernels
 from hubkernels.errors import KernelLoadError, VariantNotFoundError
-from hubkernels.load import _arch_runs_on, check_capability, import_variant
+from hubkernels.load import check_capability, import_variant
+from hubkernels.variants import cuda_arch_supports
 from hubkernels.metadata import Metadata
 from hubkernels.platform import System
 
@@ -63,9 +64,10 @@ def test_unsupported_python_dependency_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("arch,cap,ok", [
     ("9.0", (9, 0), True), ("8.0", (8, 6), True), ("8.0", (9, 0), False), ("8.0+PTX", (9, 0), True),
     ("9.0a", (9, 0), True), ("9.0a", (10, 0), False), ("10.0", (9, 0), False), ("12.0+PTX", (9, 0), False),
+    ("10.0f", (10, 3), True), ("12.0f", (12, 1), True), ("10.0f", (12, 0), False), ("10.0a", (10, 3), False),
 ])
 def test_arch_compatibility(arch: str, cap: tuple[int, int], ok: bool) -> None:
-    assert _arch_runs_on(arch, cap) is ok
+    assert cuda_arch_supports(arch, cap) is ok
 
 
 def test_capability_mismatch_is_a_readable_error() -> None:
@@ -74,6 +76,29 @@ def test_capability_mismatch_is_a_readable_error() -> None:
     with pytest.raises(KernelLoadError, match=r"built for CUDA capabilities 9\.0, but the GPUs here are 8\.6"):
         check_capability(meta, ampere)
     check_capability(meta, System((2, 11), "cuda", (13, 0), "x86_64", "linux", capabilities=((9, 0),)))
+
+
+def test_family_arch_builds_load_on_newer_minors_of_the_family() -> None:
+    meta = Metadata(name="k", id="_k_cuda_f", version=1, license="MIT", backend={"type": "cuda", "archs": ["10.0f"]})
+    check_capability(meta, System((2, 13), "cuda", (13, 0), "x86_64", "linux", capabilities=((10, 3),)))
+    with pytest.raises(KernelLoadError, match="built for CUDA capabilities 10.0f"):
+        check_capability(meta, System((2, 13), "cuda", (13, 0), "x86_64", "linux", capabilities=((12, 0),)))
+
+
+def test_rocm_build_without_this_gpu_s_gfx_arch_is_refused() -> None:
+    meta = Metadata(name="k", id="_k_rocm_x", version=1, license="MIT", backend={"type": "rocm", "archs": ["gfx942"]})
+    check_capability(meta, System((2, 13), "rocm", (7, 1), "x86_64", "linux", rocm_archs=("gfx942",)))
+    with pytest.raises(KernelLoadError, match="built for ROCm archs gfx942, but the GPUs here are gfx90a"):
+        check_capability(meta, System((2, 13), "rocm", (7, 1), "x86_64", "linux", rocm_archs=("gfx90a",)))
+
+
+def test_a_variant_that_needs_a_newer_kernels_release_is_refused(tmp_path: Path) -> None:
+    d = _pure_variant(tmp_path, "torch-cpu")
+    meta = Metadata.read(d)
+    meta.extra["kernels-minver"] = "0.99.0"
+    meta.write(d)
+    with pytest.raises(KernelLoadError, match=r"requires kernels>=0\.99\.0, and hubkernels follows kernels 0\.17\.2"):
+        import_variant(d)
 
 
 def test_metadata_round_trips_unknown_keys(tmp_path: Path) -> None:

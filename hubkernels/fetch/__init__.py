@@ -84,7 +84,7 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
     if lockfile is not None:
         if version is not None or revision is not None:
             raise UsageError("pass lockfile= or version=/revision=, not both: the lock file pins the revision")
-        from ..lock import load_locked
+        from .locked import load_locked
 
         return load_locked(repo_id, lockfile=lockfile, backend=backend, trust_remote_code=trust_remote_code,
                            force_download=force_download, cache_dir=cache_dir)
@@ -429,7 +429,7 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--backend", help="resolve for this backend (cpu or the machine's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_info)
-    from ..lock import register_cli as register_lock
+    from .locked import register_cli as register_lock
 
     register_lock(subparsers)
 
