@@ -178,20 +178,25 @@ def test_offline_new_process_resolves_the_version_from_the_local_index(hub, publ
 # -- verification ---------------------------------------------------------------------------------------------
 
 
-def test_receipt_spares_the_hashing_until_a_file_changes(published, cache, monkeypatch) -> None:
+def test_a_warm_load_checks_content_once_per_process(published, cache, monkeypatch) -> None:
     first = install(published.repo_id, version=1, cache_dir=cache)
     assert not first.warm
     hashed: list[Path] = []
-    real = hubkernels.digest.hash_file
-    monkeypatch.setattr(hubkernels.digest, "hash_file", lambda p, a="sha256": hashed.append(p) or real(p, a))
+    real = hubkernels.digest._hash_file
+    monkeypatch.setattr(hubkernels.digest, "_hash_file", lambda p, a: hashed.append(p) or real(p, a))
     again = install(published.repo_id, version=1, cache_dir=cache)
-    assert again.warm and hashed == [] and again.path == first.path
+    assert again.warm and hashed == [] and again.path == first.path  # this process hashed them already
     init = first.path / "__init__.py"
     os.utime(init, ns=(init.stat().st_atime_ns, init.stat().st_mtime_ns + 10**9))  # touched, same bytes
     touched = install(published.repo_id, version=1, cache_dir=cache)
-    assert not touched.warm and hashed  # re-verified, passed, and a new receipt was written
-    hashed.clear()
-    assert install(published.repo_id, version=1, cache_dir=cache).warm and hashed == []
+    assert touched.warm and [p.name for p in hashed] == ["__init__.py"]  # its content was checked again
+    stat = init.stat()
+    data = init.read_bytes()
+    init.write_bytes(data.replace(b"VALUE = 1", b"VALUE = 7"))  # same size, mtime put back
+    os.utime(init, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert init.stat().st_size == stat.st_size
+    with pytest.raises(DigestError, match="__init__.py has been modified"):
+        install(published.repo_id, version=1, cache_dir=cache)
 
 
 def test_a_tampered_file_is_refused_with_how_to_repair_it(published, cache) -> None:

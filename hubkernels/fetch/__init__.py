@@ -4,22 +4,25 @@
     ltx = hubkernels.get_kernel("hubkernels/ltx-kernels", version=1)  # what libraries should write
 
 Verification is on by default: metadata.json must match the Hub's listing, and every file the per-file digest
-in metadata.json. A receipt (size, mtime_ns and inode of each verified file) lets later loads skip the hashing.
+in metadata.json. A receipt (the hash of each verified file) lets a warm load check content without the Hub: every
+file is hashed again once per process (a few hundred microseconds for a small build) and compared with it.
 
 The warm path makes no request at all: a 40-hex `revision`, or a `version` resolved within
 HUBKERNELS_VERSION_TTL seconds (default 600), plus a cached listing and a receipt, are all answered from
 `<cache>/kernels--org--name/hubkernels/` (see `_local`). Once one process on a node has loaded a kernel, other
-ranks and later jobs sharing its cache ask the Hub nothing. A receipt is trusted while every file keeps its
-size, mtime and inode; `force_download=True` re-downloads and re-verifies everything.
+ranks and later jobs sharing its cache ask the Hub nothing. A receipt holds while every file keeps the content it
+recorded; the Python code runs from sources checked as they are read (or code compiled from them at verification),
+never from `__pycache__`. `force_download=True` re-downloads and re-verifies everything.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -31,7 +34,8 @@ from ..errors import DigestError, UsageError, VariantNotFoundError
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
 from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError, endpoint
-from ._local import RepoState, Refs, TreeEntry, is_commit, version_of
+from ..load import Verified
+from ._local import RepoState, Refs, TreeEntry, compile_sources, is_commit, version_of
 
 __all__ = [
     "get_kernel", "install_kernel", "has_kernel", "get_kernel_variants", "kernel_versions", "Installed",
@@ -40,8 +44,9 @@ __all__ = [
 
 logger = logging.getLogger("hubkernels.fetch")
 
-#: What `trust_remote_code` accepts: True, False, or the organizations (or repo ids) to trust.
-TrustRemoteCode = Union[bool, Collection[str]]
+#: What `trust_remote_code` accepts: True, False, or a list/tuple/set of the organizations (or repo ids) to trust.
+#: A mapping such as {"org": False} is refused with UsageError (never read by its keys).
+TrustRemoteCode = Union[bool, list[str], tuple[str, ...], set[str], frozenset[str]]
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,8 @@ class Installed:
     path: Path
     metadata_sha256: str
     resolution: Resolution
-    warm: bool  # True when it was already verified (no download, no hashing)
+    warm: bool  # True when it was already verified (no download; each file re-hashed once per process)
+    verified: Verified | None = None  # what the files were verified to be, so the import runs exactly that
 
 
 # -- public API ----------------------------------------------------------------------------------------------
@@ -148,10 +154,10 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
     resolution = resolve(names, None, backend)
     where = f"{repo_id}@{ref.label}" + ("" if ref.label == ref.commit else f" (commit {ref.commit[:7]})")
     variant = str(require(resolution, where))
-    meta_sha = None if force_download else state.receipt_holds(ref.commit, variant)
-    warm = meta_sha is not None
-    if meta_sha is None:
-        meta_sha = _download_and_verify(state, remote, ref, variant, tree, force_download)
+    held = None if force_download else state.receipt_holds(ref.commit, variant)
+    warm = held is not None
+    meta_sha, verified = held if held is not None else \
+        _download_and_verify(state, remote, ref, variant, tree, force_download)
     if locked is not None and locked.get(variant) != meta_sha:
         raise DigestError(
             f"{repo_id}@{ref.commit[:7]} variant {variant}: metadata.json (sha256 {meta_sha}) is not the one the "
@@ -163,14 +169,14 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
     if ref.version is not None:
         state.write_hf_ref(f"v{ref.version}", ref.commit)
     return Installed(repo_id, ref.commit, ref.version, variant, state.variant_dir(ref.commit, variant), meta_sha,
-                     resolution, warm)
+                     resolution, warm, verified)
 
 
 def import_installed(installed: Installed) -> ModuleType:
     """Import a verified variant under its unique id (checks GPU capability and Python dependencies first)."""
     from ..load import import_variant
 
-    module = import_variant(installed.path, verify=False)
+    module = import_variant(installed.path, verify=installed.verified is None, verified=installed.verified)
     logger.info("%s: loaded %s (%s, commit %s) from %s", installed.repo_id, installed.variant,
                 f"v{installed.version}" if installed.version is not None else "pinned revision",
                 installed.commit[:7], installed.path)
@@ -268,10 +274,7 @@ def _check_trust(state: RepoState, remote: Remote, ref: Ref, trust_remote_code: 
     if trust_remote_code is True:
         return "trust_remote_code"
     if trust_remote_code is not False and trust_remote_code is not None:
-        if isinstance(trust_remote_code, str) or not isinstance(trust_remote_code, Collection):
-            raise UsageError("trust_remote_code must be True, False, or a list of organizations such as "
-                             f"[{org!r}], got {trust_remote_code!r}")
-        if org in trust_remote_code or repo_id in trust_remote_code:
+        if org in _allow_list(trust_remote_code, org) or repo_id in _allow_list(trust_remote_code, org):
             return "allow-list"
     if org in settings.trusted_orgs():
         return "HUBKERNELS_TRUSTED_ORGS"
@@ -296,6 +299,19 @@ def _check_trust(state: RepoState, remote: Remote, ref: Ref, trust_remote_code: 
         f"loading a kernel runs its code in this process. If you trust {org}, pass trust_remote_code=[{org!r}] "
         f"(or trust_remote_code=True), or set HUBKERNELS_TRUSTED_ORGS={org}."
     )
+
+
+def _allow_list(trust_remote_code: object, org: str) -> frozenset[str]:
+    """The organizations and repo ids a list/tuple/set `trust_remote_code` names; anything else is refused.
+
+    A mapping is refused rather than read: `{"org": False}` reads as a refusal to a person but as the key "org"
+    to `in`, and guessing which was meant is how code gets trusted by accident.
+    """
+    if isinstance(trust_remote_code, (list, tuple, set, frozenset)) and \
+            all(isinstance(x, str) for x in trust_remote_code):
+        return frozenset(trust_remote_code)
+    raise UsageError("trust_remote_code must be True, False, or a list of organizations or repo ids such as "
+                     f"[{org!r}], got {trust_remote_code!r}")
 
 
 def _tree(state: RepoState, remote: Remote, commit: str) -> dict[str, TreeEntry] | None:
@@ -331,8 +347,9 @@ def _shipped(path: str) -> bool:
 
 
 def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: str,
-                         tree: dict[str, TreeEntry] | None, force: bool) -> str:
-    """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256."""
+                         tree: dict[str, TreeEntry] | None, force: bool) -> tuple[str, Verified]:
+    """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256 and
+    what was verified."""
     vdir = state.variant_dir(ref.commit, variant)
     prefix = f"build/{variant}/"
     if tree is not None:
@@ -357,7 +374,7 @@ def _has_size(path: Path, size: int) -> bool:
         return False
 
 
-def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry] | None) -> str:
+def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry] | None) -> tuple[str, Verified]:
     vdir = state.variant_dir(ref.commit, variant)
     repair = (f"Repair it with get_kernel({state.repo_id!r}, revision={ref.commit!r}, force_download=True) "
               f"(CLI: `hubkernels download {state.repo_id}@{ref.commit} --force`), or delete {state.repo_dir}.")
@@ -372,35 +389,41 @@ def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry]
     if entry is not None and not entry.matches(raw):
         raise DigestError(f"{vdir}/metadata.json differs from the one the Hub lists for commit {ref.commit[:7]}. "
                           f"{repair}")
-    try:
-        metadata = Metadata.from_dict(json.loads(raw))
-    except ValueError as e:
-        raise DigestError(f"{vdir}/metadata.json is not valid metadata ({e}). {repair}") from None
+    metadata = Metadata.parse(raw, f"{vdir}/metadata.json")
     if metadata.digest:
-        problems = _digest.violations(vdir, metadata.digest)
+        algorithm = metadata.digest.get("algorithm", "sha256")
+        problems, hashes = _digest.check(vdir, metadata.digest)
     elif tree is not None:
         logger.warning("%s %s: metadata.json has no digest; checking the files against the Hub's listing instead",
                        state.repo_id, variant)
-        problems = _tree_violations(vdir, {p[len(prefix):]: e for p, e in tree.items()
-                                           if p.startswith(prefix) and _shipped(p)})
+        algorithm = "sha256"
+        problems, hashes = _tree_violations(vdir, {p[len(prefix):]: e for p, e in tree.items() if p.startswith(prefix)
+                                                   and _shipped(p) and p[len(prefix):] not in _digest.EXCLUDED_TOP_LEVEL})
     else:
         problems = ["metadata.json has no digest, and offline there is no Hub listing to check the files against"]
     if problems:
         raise DigestError(f"{vdir} does not match what was published; refusing to load it:\n  - "
                           + "\n  - ".join(problems) + f"\n{repair}")
-    state.save_receipt(ref.commit, variant, meta_sha)
-    return meta_sha
+    if base64.b64decode(_digest.hash_file(vdir / "metadata.json", memo=True)).hex() != meta_sha:
+        raise DigestError(f"{vdir}/metadata.json changed while it was being verified. {repair}")
+    verified = Verified(algorithm, hashes)
+    verified = Verified(algorithm, hashes, compile_sources(vdir, verified))
+    state.save_receipt(ref.commit, variant, meta_sha, verified)
+    return meta_sha, verified
 
 
-def _tree_violations(vdir: Path, expected: dict[str, TreeEntry]) -> list[str]:
-    from ._local import variant_files
-
-    actual = dict(variant_files(vdir))
+def _tree_violations(vdir: Path, expected: dict[str, TreeEntry]) -> tuple[list[str], dict[str, str]]:
+    """Check the files against the Hub's listing; returns (violations, sha256 of each file as it was checked)."""
+    actual = dict(_digest.files(vdir))
     problems = [f"missing file {p}" for p in sorted(set(expected) - set(actual))]
     problems += [f"unexpected file {p}" for p in sorted(set(actual) - set(expected))]
-    problems += [f"{p} has been modified (hash mismatch)" for p in sorted(set(expected) & set(actual))
-                 if not expected[p].matches(actual[p].read_bytes())]
-    return problems
+    hashes: dict[str, str] = {}
+    for p in sorted(set(expected) & set(actual)):
+        data = actual[p].read_bytes()
+        hashes[p] = _digest.hash_bytes(data)
+        if not expected[p].matches(data):
+            problems.append(f"{p} has been modified (hash mismatch)")
+    return problems, hashes
 
 
 # -- command line ----------------------------------------------------------------------------------------------
