@@ -360,8 +360,8 @@ def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: st
         missing = [p for p, e in wanted.items()
                    if force or not _has_size(state.variant_dir(ref.commit, variant) / p[len(prefix):], e.size)]
         if missing:
-            remote.download(ref.commit, sorted(missing), state.cache, force=force,
-                            label=f"{state.repo_id} {variant}")
+            remote.download(ref.commit, sorted(missing), state.cache, force=force, label=f"{state.repo_id} {variant}",
+                            etags={p: wanted[p].lfs_sha256 or wanted[p].blob_id for p in missing})
     elif not (vdir / "metadata.json").is_file():
         raise KernelNotFoundError(f"HF_HUB_OFFLINE=1 and {vdir} is not in the cache. Load it once online first.")
     return _verify(state, ref, variant, tree)
