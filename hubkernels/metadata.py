@@ -170,9 +170,10 @@ class _Checker:
         backend = self.backend(d.get("backend", {"type": "cpu"}))
         python_name = name.replace("-", "_")
         kid = self.string(d, "id", limit=256)
-        if not id_pattern(python_name, backend["type"]).fullmatch(kid):
-            raise self.error("id", f"is {kid[:80]!r}, not this build's op namespace _{python_name}_"
-                                   f"{backend['type']}_<7 hex or base32 id> (kernel-builder's grammar)")
+        kind = backend.get("type", "cpu")
+        if not id_pattern(python_name, kind).fullmatch(kid):
+            raise self.error("id", f"is {kid[:80]!r}, not this build's op namespace _{python_name}_{kind}_<7 hex "
+                                   "or base32 id> (kernel-builder's grammar)")
         version = d["version"]
         if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**31:
             raise self.error("version", f"must be a whole number from 0 to 2**31-1, not {_kind(version)}")
