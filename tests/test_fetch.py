@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -238,6 +239,32 @@ def test_cache_folder_is_huggingface_hubs(published) -> None:
     from huggingface_hub.file_download import repo_folder_name
 
     assert repo_folder(published.repo_id) == repo_folder_name(repo_id=published.repo_id, repo_type="kernel")
+
+
+# -- the version cache ----------------------------------------------------------------------------------------
+
+
+def test_a_version_that_failed_to_load_is_listed_again_after_republishing(hub, tmp_path, cache) -> None:
+    repo_id = new_repo()
+    upload(make_kernel(tmp_path / "cuda", backends=("cuda",)), repo_id=repo_id)
+    with pytest.raises(VariantNotFoundError):
+        get_kernel(repo_id, version=1, cache_dir=cache)  # v1 has no build for this machine
+    upload(make_kernel(tmp_path / "cpu", value=5, backends=("cpu", "cuda")), repo_id=repo_id)  # v1 again, fixed
+    assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 5  # within the freshness window
+
+
+def test_a_cached_version_without_this_machines_variant_is_resolved_again_once(hub, tmp_path, cache,
+                                                                               capsys, monkeypatch) -> None:
+    repo_id = new_repo()
+    upload(make_kernel(tmp_path / "cuda", backends=("cuda",)), repo_id=repo_id)
+    assert not has_kernel(repo_id, version=1, cache_dir=cache)  # lists v1 into the local index
+    upload(make_kernel(tmp_path / "cpu", value=6, backends=("cpu",)), repo_id=repo_id)
+    hub.reset_requests()
+    assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 6
+    assert [p for _, p in _api_requests(hub)].count(f"/api/kernels/{repo_id}/refs") == 1
+    monkeypatch.setenv("HUBKERNELS_CACHE", str(cache))
+    assert cli.main(["info", repo_id]) == 0
+    assert re.search(r"version cache: \d+ s old \(answers warm loads for 600 s", capsys.readouterr().out)
 
 
 # -- trust ----------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Union
@@ -57,6 +57,7 @@ class Ref:
     version: int | None
     label: str
     latest: bool = False
+    cached: bool = False  # answered from the local index, without asking the Hub
 
 
 @dataclass(frozen=True)
@@ -148,12 +149,27 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         raise UsageError("force_download=True needs the network, but HF_HUB_OFFLINE=1 is set")
     state, remote = RepoState(repo_id, cache_dir), Remote(repo_id)
     ref = resolve_ref(state, remote, version, revision, max_age=max_age)
-    trusted_by = _check_trust(state, remote, ref, trust_remote_code)
-    tree = _tree(state, remote, ref.commit)
-    names = sorted(locked) if locked is not None else _variant_names(state, ref.commit, tree)
-    resolution = resolve(names, None, backend)
+    for attempt in range(2):
+        trusted_by = _check_trust(state, remote, ref, trust_remote_code)
+        tree = _tree(state, remote, ref.commit)
+        names = sorted(locked) if locked is not None else _variant_names(state, ref.commit, tree)
+        resolution = resolve(names, None, backend)
+        if resolution.chosen is not None or not ref.cached or offline or attempt:
+            break
+        # the commit the local index named has nothing for this machine: the name may have moved since
+        fresh = resolve_ref(state, remote, version, revision, max_age=0.0)
+        if fresh.commit == ref.commit:
+            break
+        logger.info("%s: %s moved from %s to %s since it was last listed", repo_id, ref.label, ref.commit[:7],
+                    fresh.commit[:7])
+        ref = fresh
     where = f"{repo_id}@{ref.label}" + ("" if ref.label == ref.commit else f" (commit {ref.commit[:7]})")
-    variant = str(require(resolution, where))
+    try:
+        variant = str(require(resolution, where))
+    except VariantNotFoundError:
+        if ref.label != ref.commit:
+            state.forget_refs()  # a resolution that led to no load is not kept: the next call lists again
+        raise
     held = None if force_download else state.receipt_holds(ref.commit, variant)
     warm = held is not None
     meta_sha, verified = held if held is not None else \
@@ -221,8 +237,10 @@ def resolve_ref(state: RepoState, remote: Remote, version: int | None, revision:
     refs, listed = _refs(state, remote, ttl)
     ref = _pick(refs, version, revision)
     if ref is None and not listed and not settings.offline():
-        refs = state.save_refs(*remote.refs())  # the index may predate what was asked for: ask the Hub once
+        refs, listed = state.save_refs(*remote.refs()), True  # the index may predate what was asked: ask once
         ref = _pick(refs, version, revision)
+    if ref is not None and not listed:
+        ref = replace(ref, cached=True)
     if ref is None and revision is not None and not settings.offline():
         commit = remote.commit_of(revision)  # a commit prefix, or a ref the listing does not show
         if commit:
@@ -468,11 +486,15 @@ def _cmd_download(args) -> int:  # type: ignore[no-untyped-def]
 def _cmd_info(args) -> int:  # type: ignore[no-untyped-def]
     repo_id, version, revision = parse_spec(args.kernel)
     state, remote = RepoState(repo_id), Remote(repo_id)
+    cached = state.refs()
+    age = None if cached is None else max(0.0, cached.age()) if cached.checked_at else float("inf")
     versions = _refs(state, remote, max_age=0.0)[0].versions
     ref, resolution = _resolution(repo_id, version, revision, args.backend, None)
     if args.json:
         print(json.dumps({
             "repo_id": repo_id, "versions": {f"v{n}": c for n, c in versions.items()},
+            "version_cache_age_s": None if age is None or age == float("inf") else round(age, 1),
+            "version_cache_ttl_s": settings.version_freshness_s(),
             "resolved": {"label": ref.label, "commit": ref.commit, "version": ref.version},
             "chosen": str(resolution.chosen) if resolution.chosen else None,
             "trace": [{"variant": str(e.variant), "accepted": True} if isinstance(e, Accepted)
@@ -480,6 +502,10 @@ def _cmd_info(args) -> int:  # type: ignore[no-untyped-def]
         }, indent=2))
         return 0
     print(f"{repo_id}")
+    ttl = settings.version_freshness_s()
+    shown = "empty" if age is None else "stale" if age == float("inf") else f"{age:.0f} s old"
+    print(f"  version cache: {shown} (answers warm loads for "
+          f"{ttl:.0f} s, HUBKERNELS_VERSION_TTL); listed again now")
     for n, commit in versions.items():
         print(f"  v{n}  {commit}")
     print(f"\n{ref.label} (commit {ref.commit[:7]}) on this machine:")

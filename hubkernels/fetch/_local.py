@@ -180,6 +180,12 @@ class RepoState:
         _write_json(self.root / "refs.json", {"branches": branches, "tags": tags, "checked_at": refs.checked_at})
         return refs
 
+    def forget_refs(self) -> None:
+        """Make the index stale (kept for offline use), so the next load by name lists the refs again."""
+        refs = self.refs()
+        if refs is not None:
+            _write_json(self.root / "refs.json", {"branches": refs.branches, "tags": refs.tags, "checked_at": 0.0})
+
     def hf_refs(self) -> dict[str, str]:
         """Branch -> commit from huggingface_hub's own `refs/` files (written when someone downloaded by name)."""
         refs_dir = self.repo_dir / "refs"
