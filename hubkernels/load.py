@@ -180,7 +180,7 @@ def _entry_file(variant_dir: Path, metadata: Metadata) -> Path:
 
 
 def _already_imported(metadata: Metadata, init: Path) -> ModuleType | None:
-    """The module of this very file if something else (HF `kernels`) imported it; refuse any other holder of the name."""
+    """The module of this very file if something else (HF `kernels`) imported it; refuse any other holder."""
     module = sys.modules.get(metadata.id)
     if module is None:
         return None

@@ -26,14 +26,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
-
 from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, UsageError, VariantNotFoundError
+from ..load import Verified
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
 from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
-from ..load import Verified
 from ._local import RepoState, Refs, TreeEntry, compile_sources, is_commit, version_of
 from ._trust import TrustRemoteCode
 from ._trust import check_trust as _check_trust
@@ -44,7 +43,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("hubkernels.fetch")
-
 
 
 @dataclass(frozen=True)
@@ -366,8 +364,9 @@ def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry]
         logger.warning("%s %s: metadata.json has no digest; checking the files against the Hub's listing instead",
                        state.repo_id, variant)
         algorithm = "sha256"
-        problems, hashes = _tree_violations(vdir, {p[len(prefix):]: e for p, e in tree.items() if p.startswith(prefix)
-                                                   and _shipped(p) and p[len(prefix):] not in _digest.EXCLUDED_TOP_LEVEL})
+        listed = {p[len(prefix):]: e for p, e in tree.items() if p.startswith(prefix) and _shipped(p)}
+        problems, hashes = _tree_violations(vdir, {p: e for p, e in listed.items()
+                                                   if p not in _digest.EXCLUDED_TOP_LEVEL})
     else:
         problems = ["metadata.json has no digest, and offline there is no Hub listing to check the files against"]
     if problems:
