@@ -25,3 +25,7 @@ class KernelLoadError(HubkernelsError, ImportError):
 
 class UsageError(HubkernelsError, ValueError):
     """An argument the library could only judge at run time (say, a backend this machine lacks)."""
+
+
+class MetadataError(HubkernelsError, ValueError):
+    """A variant's metadata.json is not valid: the message names the file and the key."""

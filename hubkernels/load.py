@@ -7,14 +7,19 @@ and one build loaded twice (say from the Hub cache and from a local path) is imp
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import logging
+import mmap
 import sys
 import threading
 import warnings
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, ModuleType
 
 from . import digest as _digest
 from .errors import KernelLoadError, VariantNotFoundError
@@ -115,39 +120,174 @@ def _check_python_depends(metadata: Metadata) -> None:
             raise KernelLoadError(f"{metadata.name} requires the Python package {dep!r}: pip install {dep}")
 
 
-def import_variant(variant_dir: str | Path, *, verify: bool = False, system: System | None = None) -> ModuleType:
-    """Import one variant directory under its unique id (idempotent per id)."""
+@dataclass(frozen=True)
+class Verified:
+    """What a variant's files were verified to be: `{relative path: b64 hash}` in `algorithm` (the digest's), and
+    optionally code objects compiled from exactly those sources (`{b64 hash of the source: code}`)."""
+
+    algorithm: str
+    files: Mapping[str, str]
+    code: Mapping[str, CodeType] = field(default_factory=dict)
+
+
+def import_variant(variant_dir: str | Path, *, verify: bool = False, system: System | None = None,
+                   verified: Verified | None = None) -> ModuleType:
+    """Import one variant directory under its unique id (idempotent per id).
+
+    `verify=True` checks every file against the digest first; a verified variant (that, or `verified=` from the
+    Hub loader) runs only what was verified: its Python files are compiled from sources whose hash is checked
+    as they are read, never from a `__pycache__` (which no digest covers), and no bytecode is written.
+    """
     variant_dir = Path(variant_dir).resolve()
     metadata = Metadata.read(variant_dir)
     with _lock:
         existing = _loaded.get(metadata.id)
         if existing is not None:
-            if existing.path != variant_dir and _digest.hash_variant(existing.path) != _digest.hash_variant(variant_dir):
+            if existing.path != variant_dir and \
+                    _digest.hash_variant(existing.path, memo=True) != _digest.hash_variant(variant_dir, memo=True):
                 raise KernelLoadError(
                     f"{variant_dir} and {existing.path} are different builds with the same id {metadata.id}; "
                     "their torch ops would collide. Rebuild one of them (a new id comes with each commit)."
                 )
             return existing.module
         if verify:
-            _digest.verify_variant(variant_dir, metadata.digest)
+            hashes = _digest.verify_variant(variant_dir, metadata.digest)
+            verified = Verified((metadata.digest or {}).get("algorithm", "sha256"), hashes)
         check_capability(metadata, system or System.current())
         _check_python_depends(metadata)
+        init = _entry_file(variant_dir, metadata)
+        adopted = _already_imported(metadata, init)
+        if adopted is not None:
+            _loaded[metadata.id] = LoadedKernel(variant_dir, metadata, adopted)
+            return adopted
+        _check_library(variant_dir, metadata)
         if metadata.dirty:
             warnings.warn(f"{metadata.name} ({metadata.id}) was built from a dirty git tree", UserWarning, stacklevel=3)
-        init = variant_dir / "__init__.py"
-        if not init.is_file():
-            init = variant_dir / metadata.python_name / "__init__.py"
-        if not init.is_file():
-            raise KernelLoadError(f"{variant_dir} has no __init__.py: not a kernel variant")
-        spec = importlib.util.spec_from_file_location(metadata.id, init, submodule_search_locations=[str(init.parent)])
-        if spec is None or spec.loader is None:
-            raise KernelLoadError(f"cannot import {init}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[metadata.id] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            sys.modules.pop(metadata.id, None)
-            raise KernelLoadError(f"importing {metadata.name} from {variant_dir} failed: {e}") from e
+        module = _exec_package(metadata, variant_dir, init, verified)
         _loaded[metadata.id] = LoadedKernel(variant_dir, metadata, module)
         return module
+
+
+def _entry_file(variant_dir: Path, metadata: Metadata) -> Path:
+    init = variant_dir / "__init__.py"
+    if not init.is_file():
+        init = variant_dir / metadata.python_name / "__init__.py"
+    if not init.is_file():
+        raise KernelLoadError(f"{variant_dir} has no __init__.py: not a kernel variant")
+    return init
+
+
+def _already_imported(metadata: Metadata, init: Path) -> ModuleType | None:
+    """The module of this very file if something else (HF `kernels`) imported it; refuse any other holder."""
+    module = sys.modules.get(metadata.id)
+    if module is None:
+        return None
+    origin = getattr(module, "__file__", None)
+    if origin and Path(origin).resolve() == init.resolve():
+        return module
+    raise KernelLoadError(
+        f"{metadata.name}: a module named {metadata.id!r} is already imported in this process (from "
+        f"{origin or 'an unknown place'}), so this variant cannot take that name; its torch ops would collide. "
+        "Load only one build per id in a process (a new id comes with each commit)."
+    )
+
+
+def _check_library(variant_dir: Path, metadata: Metadata) -> None:
+    """An arch variant's native module must be `<id>.abi3.so` and define `PyInit_<id>`: the id is its op namespace."""
+    natives = sorted(p.name for p in variant_dir.iterdir() if p.suffix in (".so", ".pyd") and p.is_file())
+    if not natives:
+        return  # noarch: Python only
+    own = [n for n in natives if n.split(".", 1)[0] == metadata.id]
+    if not own:
+        raise KernelLoadError(
+            f"{variant_dir}: metadata.json's id {metadata.id!r} names no native module here (found "
+            f"{', '.join(natives)}); the id must be the library's own op namespace. The variant was altered after "
+            "it was built: download or build it again."
+        )
+    symbol = b"PyInit_" + metadata.id.encode("ascii") + b"\0"
+    with open(variant_dir / own[0], "rb") as f:
+        try:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                found = data.find(symbol) >= 0
+        except ValueError:  # an empty file cannot be mapped
+            found = False
+        if not found:
+            raise KernelLoadError(
+                f"{variant_dir / own[0]} does not define PyInit_{metadata.id}: it was built under another id and "
+                "renamed, and loading it would register another build's torch ops twice. Download or build it again."
+            )
+
+
+def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: Verified | None) -> ModuleType:
+    """Execute the package; on failure remove only what this import added to sys.modules."""
+    if verified is not None:
+        loader = _VerifiedSourceLoader(metadata.id, str(init), variant_dir, verified)
+        _finder.packages[metadata.id] = (variant_dir, verified)
+        _finder.install()
+    else:
+        loader = None
+    spec = importlib.util.spec_from_file_location(metadata.id, init, loader=loader,
+                                                  submodule_search_locations=[str(init.parent)])
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"cannot import {init}")
+    module = importlib.util.module_from_spec(spec)
+    before = set(sys.modules)
+    sys.modules[metadata.id] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:
+        for name in set(sys.modules) - before:
+            if name == metadata.id or name.startswith(metadata.id + "."):
+                sys.modules.pop(name, None)
+        _finder.packages.pop(metadata.id, None)
+        if not isinstance(e, Exception):
+            raise
+        raise KernelLoadError(f"importing {metadata.name} from {variant_dir} failed: {e}") from e
+    return module
+
+
+class _VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
+    """Runs a verified source file: hashes the bytes it reads against the verified digest, never uses bytecode."""
+
+    def __init__(self, fullname: str, path: str, root: Path, verified: Verified) -> None:
+        super().__init__(fullname, path)
+        self.root = root
+        self.verified = verified
+
+    def get_code(self, fullname: str) -> CodeType:
+        path = self.get_filename(fullname)
+        data = self.get_data(path)
+        rel = Path(path).relative_to(self.root).as_posix()
+        actual = _digest.hash_bytes(data, self.verified.algorithm)
+        if self.verified.files.get(rel) != actual:
+            raise ImportError(f"{path} changed after it was verified (or was never part of the verified variant)")
+        code = self.verified.code.get(actual)
+        if code is None or code.co_filename != path:
+            code = compile(data, path, "exec", dont_inherit=True)
+        return code
+
+    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
+        return None  # never write bytecode next to verified files
+
+
+class _VerifiedFinder(importlib.abc.MetaPathFinder):
+    """Gives submodules of verified variants the verified loader (extension modules keep Python's own)."""
+
+    def __init__(self) -> None:
+        self.packages: dict[str, tuple[Path, Verified]] = {}
+
+    def install(self) -> None:
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        entry = self.packages.get(fullname.partition(".")[0])
+        if entry is None or "." not in fullname:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)  # type: ignore[arg-type]
+        if spec is not None and isinstance(spec.loader, importlib.machinery.SourceFileLoader) and spec.origin:
+            spec.loader = _VerifiedSourceLoader(fullname, spec.origin, entry[0], entry[1])
+        return spec
+
+
+_finder = _VerifiedFinder()

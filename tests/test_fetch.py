@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -178,20 +179,25 @@ def test_offline_new_process_resolves_the_version_from_the_local_index(hub, publ
 # -- verification ---------------------------------------------------------------------------------------------
 
 
-def test_receipt_spares_the_hashing_until_a_file_changes(published, cache, monkeypatch) -> None:
+def test_a_warm_load_checks_content_once_per_process(published, cache, monkeypatch) -> None:
     first = install(published.repo_id, version=1, cache_dir=cache)
     assert not first.warm
     hashed: list[Path] = []
-    real = hubkernels.digest.hash_file
-    monkeypatch.setattr(hubkernels.digest, "hash_file", lambda p, a="sha256": hashed.append(p) or real(p, a))
+    real = hubkernels.digest._hash_file
+    monkeypatch.setattr(hubkernels.digest, "_hash_file", lambda p, a: hashed.append(p) or real(p, a))
     again = install(published.repo_id, version=1, cache_dir=cache)
-    assert again.warm and hashed == [] and again.path == first.path
+    assert again.warm and hashed == [] and again.path == first.path  # this process hashed them already
     init = first.path / "__init__.py"
     os.utime(init, ns=(init.stat().st_atime_ns, init.stat().st_mtime_ns + 10**9))  # touched, same bytes
     touched = install(published.repo_id, version=1, cache_dir=cache)
-    assert not touched.warm and hashed  # re-verified, passed, and a new receipt was written
-    hashed.clear()
-    assert install(published.repo_id, version=1, cache_dir=cache).warm and hashed == []
+    assert touched.warm and [p.name for p in hashed] == ["__init__.py"]  # its content was checked again
+    stat = init.stat()
+    data = init.read_bytes()
+    init.write_bytes(data.replace(b"VALUE = 1", b"VALUE = 7"))  # same size, mtime put back
+    os.utime(init, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert init.stat().st_size == stat.st_size
+    with pytest.raises(DigestError, match="__init__.py has been modified"):
+        install(published.repo_id, version=1, cache_dir=cache)
 
 
 def test_a_tampered_file_is_refused_with_how_to_repair_it(published, cache) -> None:
@@ -233,6 +239,32 @@ def test_cache_folder_is_huggingface_hubs(published) -> None:
     from huggingface_hub.file_download import repo_folder_name
 
     assert repo_folder(published.repo_id) == repo_folder_name(repo_id=published.repo_id, repo_type="kernel")
+
+
+# -- the version cache ----------------------------------------------------------------------------------------
+
+
+def test_a_version_that_failed_to_load_is_listed_again_after_republishing(hub, tmp_path, cache) -> None:
+    repo_id = new_repo()
+    upload(make_kernel(tmp_path / "cuda", backends=("cuda",)), repo_id=repo_id)
+    with pytest.raises(VariantNotFoundError):
+        get_kernel(repo_id, version=1, cache_dir=cache)  # v1 has no build for this machine
+    upload(make_kernel(tmp_path / "cpu", value=5, backends=("cpu", "cuda")), repo_id=repo_id)  # v1 again, fixed
+    assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 5  # within the freshness window
+
+
+def test_a_cached_version_without_this_machines_variant_is_resolved_again_once(hub, tmp_path, cache,
+                                                                               capsys, monkeypatch) -> None:
+    repo_id = new_repo()
+    upload(make_kernel(tmp_path / "cuda", backends=("cuda",)), repo_id=repo_id)
+    assert not has_kernel(repo_id, version=1, cache_dir=cache)  # lists v1 into the local index
+    upload(make_kernel(tmp_path / "cpu", value=6, backends=("cpu",)), repo_id=repo_id)
+    hub.reset_requests()
+    assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 6
+    assert [p for _, p in _api_requests(hub)].count(f"/api/kernels/{repo_id}/refs") == 1
+    monkeypatch.setenv("HUBKERNELS_CACHE", str(cache))
+    assert cli.main(["info", repo_id]) == 0
+    assert re.search(r"version cache: \d+ s old \(answers warm loads for 600 s", capsys.readouterr().out)
 
 
 # -- trust ----------------------------------------------------------------------------------------------------

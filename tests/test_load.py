@@ -20,7 +20,7 @@ def _pure_variant(root: Path, name: str, *, python_depends: list[str] | None = N
     d = root / "build" / name
     d.mkdir(parents=True)
     (d / "__init__.py").write_text(body)
-    kid = f"_pure_{abs(hash((str(root), name))) % 10**8:08d}"
+    kid = f"_pure_cpu_{abs(hash((str(root), name))) % 16**7:07x}"
     Metadata(name="pure", id=kid, version=1, license="MIT", backend={"type": "cpu"},
              python_depends=python_depends or []).write(d)
     return d
@@ -71,7 +71,7 @@ def test_arch_compatibility(arch: str, cap: tuple[int, int], ok: bool) -> None:
 
 
 def test_capability_mismatch_is_a_readable_error() -> None:
-    meta = Metadata(name="k", id="_k_cuda_x", version=1, license="MIT", backend={"type": "cuda", "archs": ["9.0"]})
+    meta = Metadata(name="k", id="_k_cuda_1a2b3c4", version=1, license="MIT", backend={"type": "cuda", "archs": ["9.0"]})
     ampere = System((2, 11), "cuda", (13, 0), "x86_64", "linux", capabilities=((8, 6),))
     with pytest.raises(KernelLoadError, match=r"built for CUDA capabilities 9\.0, but the GPUs here are 8\.6"):
         check_capability(meta, ampere)
@@ -102,7 +102,7 @@ def test_a_variant_that_needs_a_newer_kernels_release_is_refused(tmp_path: Path)
 
 
 def test_metadata_round_trips_unknown_keys(tmp_path: Path) -> None:
-    raw = {"name": "x", "id": "_x_cpu_1", "version": 2, "license": "MIT", "python-depends": [], "kernel-depends": [],
+    raw = {"name": "x", "id": "_x_cpu_1a2b3c4", "version": 2, "license": "MIT", "python-depends": [], "kernel-depends": [],
            "backend": {"type": "cpu"}, "future-key": {"a": 1}}
     (tmp_path / "metadata.json").write_text(json.dumps(raw))
     meta = Metadata.read(tmp_path)

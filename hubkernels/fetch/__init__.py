@@ -4,34 +4,38 @@
     ltx = hubkernels.get_kernel("hubkernels/ltx-kernels", version=1)  # what libraries should write
 
 Verification is on by default: metadata.json must match the Hub's listing, and every file the per-file digest
-in metadata.json. A receipt (size, mtime_ns and inode of each verified file) lets later loads skip the hashing.
+in metadata.json. A receipt (the hash of each verified file) lets a warm load check content without the Hub: every
+file is hashed again once per process (a few hundred microseconds for a small build) and compared with it.
 
 The warm path makes no request at all: a 40-hex `revision`, or a `version` resolved within
 HUBKERNELS_VERSION_TTL seconds (default 600), plus a cached listing and a receipt, are all answered from
 `<cache>/kernels--org--name/hubkernels/` (see `_local`). Once one process on a node has loaded a kernel, other
-ranks and later jobs sharing its cache ask the Hub nothing. A receipt is trusted while every file keeps its
-size, mtime and inode; `force_download=True` re-downloads and re-verifies everything.
+ranks and later jobs sharing its cache ask the Hub nothing. A receipt holds while every file keeps the content it
+recorded; the Python code runs from sources checked as they are read (or code compiled from them at verification),
+never from `__pycache__`. `force_download=True` re-downloads and re-verifies everything.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
-import time
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Union
 
 from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, UsageError, VariantNotFoundError
+from ..load import Verified
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
-from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError, endpoint
-from ._local import RepoState, Refs, TreeEntry, is_commit, version_of
+from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
+from ._local import RepoState, Refs, TreeEntry, compile_sources, is_commit, version_of
+from ._trust import TrustRemoteCode
+from ._trust import check_trust as _check_trust
 
 __all__ = [
     "get_kernel", "install_kernel", "has_kernel", "get_kernel_variants", "kernel_versions", "Installed",
@@ -39,9 +43,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("hubkernels.fetch")
-
-#: What `trust_remote_code` accepts: True, False, or the organizations (or repo ids) to trust.
-TrustRemoteCode = Union[bool, Collection[str]]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Ref:
     version: int | None
     label: str
     latest: bool = False
+    cached: bool = False  # answered from the local index, without asking the Hub
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ class Installed:
     path: Path
     metadata_sha256: str
     resolution: Resolution
-    warm: bool  # True when it was already verified (no download, no hashing)
+    warm: bool  # True when it was already verified (no download; each file re-hashed once per process)
+    verified: Verified | None = None  # what the files were verified to be, so the import runs exactly that
 
 
 # -- public API ----------------------------------------------------------------------------------------------
@@ -142,16 +145,31 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         raise UsageError("force_download=True needs the network, but HF_HUB_OFFLINE=1 is set")
     state, remote = RepoState(repo_id, cache_dir), Remote(repo_id)
     ref = resolve_ref(state, remote, version, revision, max_age=max_age)
-    trusted_by = _check_trust(state, remote, ref, trust_remote_code)
-    tree = _tree(state, remote, ref.commit)
-    names = sorted(locked) if locked is not None else _variant_names(state, ref.commit, tree)
-    resolution = resolve(names, None, backend)
+    for attempt in range(2):
+        trusted_by = _check_trust(state, remote, ref, trust_remote_code)
+        tree = _tree(state, remote, ref.commit)
+        names = sorted(locked) if locked is not None else _variant_names(state, ref.commit, tree)
+        resolution = resolve(names, None, backend)
+        if resolution.chosen is not None or not ref.cached or offline or attempt:
+            break
+        # the commit the local index named has nothing for this machine: the name may have moved since
+        fresh = resolve_ref(state, remote, version, revision, max_age=0.0)
+        if fresh.commit == ref.commit:
+            break
+        logger.info("%s: %s moved from %s to %s since it was last listed", repo_id, ref.label, ref.commit[:7],
+                    fresh.commit[:7])
+        ref = fresh
     where = f"{repo_id}@{ref.label}" + ("" if ref.label == ref.commit else f" (commit {ref.commit[:7]})")
-    variant = str(require(resolution, where))
-    meta_sha = None if force_download else state.receipt_holds(ref.commit, variant)
-    warm = meta_sha is not None
-    if meta_sha is None:
-        meta_sha = _download_and_verify(state, remote, ref, variant, tree, force_download)
+    try:
+        variant = str(require(resolution, where))
+    except VariantNotFoundError:
+        if ref.label != ref.commit:
+            state.forget_refs()  # a resolution that led to no load is not kept: the next call lists again
+        raise
+    held = None if force_download else state.receipt_holds(ref.commit, variant)
+    warm = held is not None
+    meta_sha, verified = held if held is not None else \
+        _download_and_verify(state, remote, ref, variant, tree, force_download)
     if locked is not None and locked.get(variant) != meta_sha:
         raise DigestError(
             f"{repo_id}@{ref.commit[:7]} variant {variant}: metadata.json (sha256 {meta_sha}) is not the one the "
@@ -163,14 +181,14 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
     if ref.version is not None:
         state.write_hf_ref(f"v{ref.version}", ref.commit)
     return Installed(repo_id, ref.commit, ref.version, variant, state.variant_dir(ref.commit, variant), meta_sha,
-                     resolution, warm)
+                     resolution, warm, verified)
 
 
 def import_installed(installed: Installed) -> ModuleType:
     """Import a verified variant under its unique id (checks GPU capability and Python dependencies first)."""
     from ..load import import_variant
 
-    module = import_variant(installed.path, verify=False)
+    module = import_variant(installed.path, verify=installed.verified is None, verified=installed.verified)
     logger.info("%s: loaded %s (%s, commit %s) from %s", installed.repo_id, installed.variant,
                 f"v{installed.version}" if installed.version is not None else "pinned revision",
                 installed.commit[:7], installed.path)
@@ -215,8 +233,10 @@ def resolve_ref(state: RepoState, remote: Remote, version: int | None, revision:
     refs, listed = _refs(state, remote, ttl)
     ref = _pick(refs, version, revision)
     if ref is None and not listed and not settings.offline():
-        refs = state.save_refs(*remote.refs())  # the index may predate what was asked for: ask the Hub once
+        refs, listed = state.save_refs(*remote.refs()), True  # the index may predate what was asked: ask once
         ref = _pick(refs, version, revision)
+    if ref is not None and not listed:
+        ref = replace(ref, cached=True)
     if ref is None and revision is not None and not settings.offline():
         commit = remote.commit_of(revision)  # a commit prefix, or a ref the listing does not show
         if commit:
@@ -261,43 +281,6 @@ def _missing(repo_id: str, refs: Refs, version: int | None, revision: str | None
             "`hubkernels upload`, or pass revision= to load another branch.")
 
 
-def _check_trust(state: RepoState, remote: Remote, ref: Ref, trust_remote_code: TrustRemoteCode) -> str:
-    """Why this kernel may run here: an explicit opt-in, or the Hub's trusted-publisher flag (else raise)."""
-    repo_id = state.repo_id
-    org = repo_id.split("/", 1)[0]
-    if trust_remote_code is True:
-        return "trust_remote_code"
-    if trust_remote_code is not False and trust_remote_code is not None:
-        if isinstance(trust_remote_code, str) or not isinstance(trust_remote_code, Collection):
-            raise UsageError("trust_remote_code must be True, False, or a list of organizations such as "
-                             f"[{org!r}], got {trust_remote_code!r}")
-        if org in trust_remote_code or repo_id in trust_remote_code:
-            return "allow-list"
-    if org in settings.trusted_orgs():
-        return "HUBKERNELS_TRUSTED_ORGS"
-    record = state.trust()
-    if ref.commit in (record.get("approved_commits") or []):
-        return "publisher"  # this exact commit was loaded while its publisher was trusted; commits are immutable
-    age = time.time() - float(record.get("checked_at") or 0.0)
-    if record.get("publisher_trusted") is True and (settings.offline() or age < settings.version_freshness_s()):
-        trusted = True  # a refusal is never cached: an org the Hub starts trusting loads on the next call
-    elif settings.offline():
-        raise UntrustedKernelError(
-            f"HF_HUB_OFFLINE=1, so whether {org!r} is a trusted kernel publisher cannot be checked. Load "
-            f"{repo_id} once online, or opt in: trust_remote_code=[{org!r}] or HUBKERNELS_TRUSTED_ORGS={org}."
-        )
-    else:
-        trusted = remote.publisher_trusted(org)
-        state.save_trust(publisher_trusted=trusted)
-    if trusted:
-        return "publisher"
-    raise UntrustedKernelError(
-        f"{repo_id} is published by {org!r}, which {endpoint()} does not flag as a trusted kernel publisher, and "
-        f"loading a kernel runs its code in this process. If you trust {org}, pass trust_remote_code=[{org!r}] "
-        f"(or trust_remote_code=True), or set HUBKERNELS_TRUSTED_ORGS={org}."
-    )
-
-
 def _tree(state: RepoState, remote: Remote, commit: str) -> dict[str, TreeEntry] | None:
     """The build/ listing of `commit`: cached forever once listed (commits are immutable). None if offline."""
     tree = state.tree(commit)
@@ -331,8 +314,9 @@ def _shipped(path: str) -> bool:
 
 
 def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: str,
-                         tree: dict[str, TreeEntry] | None, force: bool) -> str:
-    """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256."""
+                         tree: dict[str, TreeEntry] | None, force: bool) -> tuple[str, Verified]:
+    """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256 and
+    what was verified."""
     vdir = state.variant_dir(ref.commit, variant)
     prefix = f"build/{variant}/"
     if tree is not None:
@@ -343,8 +327,8 @@ def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: st
         missing = [p for p, e in wanted.items()
                    if force or not _has_size(state.variant_dir(ref.commit, variant) / p[len(prefix):], e.size)]
         if missing:
-            remote.download(ref.commit, sorted(missing), state.cache, force=force,
-                            label=f"{state.repo_id} {variant}")
+            remote.download(ref.commit, sorted(missing), state.cache, force=force, label=f"{state.repo_id} {variant}",
+                            etags={p: wanted[p].lfs_sha256 or wanted[p].blob_id for p in missing})
     elif not (vdir / "metadata.json").is_file():
         raise KernelNotFoundError(f"HF_HUB_OFFLINE=1 and {vdir} is not in the cache. Load it once online first.")
     return _verify(state, ref, variant, tree)
@@ -357,7 +341,7 @@ def _has_size(path: Path, size: int) -> bool:
         return False
 
 
-def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry] | None) -> str:
+def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry] | None) -> tuple[str, Verified]:
     vdir = state.variant_dir(ref.commit, variant)
     repair = (f"Repair it with get_kernel({state.repo_id!r}, revision={ref.commit!r}, force_download=True) "
               f"(CLI: `hubkernels download {state.repo_id}@{ref.commit} --force`), or delete {state.repo_dir}.")
@@ -372,35 +356,42 @@ def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry]
     if entry is not None and not entry.matches(raw):
         raise DigestError(f"{vdir}/metadata.json differs from the one the Hub lists for commit {ref.commit[:7]}. "
                           f"{repair}")
-    try:
-        metadata = Metadata.from_dict(json.loads(raw))
-    except ValueError as e:
-        raise DigestError(f"{vdir}/metadata.json is not valid metadata ({e}). {repair}") from None
+    metadata = Metadata.parse(raw, f"{vdir}/metadata.json")
     if metadata.digest:
-        problems = _digest.violations(vdir, metadata.digest)
+        algorithm = metadata.digest.get("algorithm", "sha256")
+        problems, hashes = _digest.check(vdir, metadata.digest)
     elif tree is not None:
         logger.warning("%s %s: metadata.json has no digest; checking the files against the Hub's listing instead",
                        state.repo_id, variant)
-        problems = _tree_violations(vdir, {p[len(prefix):]: e for p, e in tree.items()
-                                           if p.startswith(prefix) and _shipped(p)})
+        algorithm = "sha256"
+        listed = {p[len(prefix):]: e for p, e in tree.items() if p.startswith(prefix) and _shipped(p)}
+        problems, hashes = _tree_violations(vdir, {p: e for p, e in listed.items()
+                                                   if p not in _digest.EXCLUDED_TOP_LEVEL})
     else:
         problems = ["metadata.json has no digest, and offline there is no Hub listing to check the files against"]
     if problems:
         raise DigestError(f"{vdir} does not match what was published; refusing to load it:\n  - "
                           + "\n  - ".join(problems) + f"\n{repair}")
-    state.save_receipt(ref.commit, variant, meta_sha)
-    return meta_sha
+    if base64.b64decode(_digest.hash_file(vdir / "metadata.json", memo=True)).hex() != meta_sha:
+        raise DigestError(f"{vdir}/metadata.json changed while it was being verified. {repair}")
+    verified = Verified(algorithm, hashes)
+    verified = Verified(algorithm, hashes, compile_sources(vdir, verified))
+    state.save_receipt(ref.commit, variant, meta_sha, verified)
+    return meta_sha, verified
 
 
-def _tree_violations(vdir: Path, expected: dict[str, TreeEntry]) -> list[str]:
-    from ._local import variant_files
-
-    actual = dict(variant_files(vdir))
+def _tree_violations(vdir: Path, expected: dict[str, TreeEntry]) -> tuple[list[str], dict[str, str]]:
+    """Check the files against the Hub's listing; returns (violations, sha256 of each file as it was checked)."""
+    actual = dict(_digest.files(vdir))
     problems = [f"missing file {p}" for p in sorted(set(expected) - set(actual))]
     problems += [f"unexpected file {p}" for p in sorted(set(actual) - set(expected))]
-    problems += [f"{p} has been modified (hash mismatch)" for p in sorted(set(expected) & set(actual))
-                 if not expected[p].matches(actual[p].read_bytes())]
-    return problems
+    hashes: dict[str, str] = {}
+    for p in sorted(set(expected) & set(actual)):
+        data = actual[p].read_bytes()
+        hashes[p] = _digest.hash_bytes(data)
+        if not expected[p].matches(data):
+            problems.append(f"{p} has been modified (hash mismatch)")
+    return problems, hashes
 
 
 # -- command line ----------------------------------------------------------------------------------------------
@@ -445,11 +436,15 @@ def _cmd_download(args) -> int:  # type: ignore[no-untyped-def]
 def _cmd_info(args) -> int:  # type: ignore[no-untyped-def]
     repo_id, version, revision = parse_spec(args.kernel)
     state, remote = RepoState(repo_id), Remote(repo_id)
+    cached = state.refs()
+    age = None if cached is None else max(0.0, cached.age()) if cached.checked_at else float("inf")
     versions = _refs(state, remote, max_age=0.0)[0].versions
     ref, resolution = _resolution(repo_id, version, revision, args.backend, None)
     if args.json:
         print(json.dumps({
             "repo_id": repo_id, "versions": {f"v{n}": c for n, c in versions.items()},
+            "version_cache_age_s": None if age is None or age == float("inf") else round(age, 1),
+            "version_cache_ttl_s": settings.version_freshness_s(),
             "resolved": {"label": ref.label, "commit": ref.commit, "version": ref.version},
             "chosen": str(resolution.chosen) if resolution.chosen else None,
             "trace": [{"variant": str(e.variant), "accepted": True} if isinstance(e, Accepted)
@@ -457,6 +452,10 @@ def _cmd_info(args) -> int:  # type: ignore[no-untyped-def]
         }, indent=2))
         return 0
     print(f"{repo_id}")
+    ttl = settings.version_freshness_s()
+    shown = "empty" if age is None else "stale" if age == float("inf") else f"{age:.0f} s old"
+    print(f"  version cache: {shown} (answers warm loads for "
+          f"{ttl:.0f} s, HUBKERNELS_VERSION_TTL); listed again now")
     for n, commit in versions.items():
         print(f"  v{n}  {commit}")
     print(f"\n{ref.label} (commit {ref.commit[:7]}) on this machine:")

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -124,6 +127,55 @@ def _one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
+_HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+#: (file, the ETag the listing says it has) while this thread downloads that file; None elsewhere.
+_expected_etag: ContextVar[tuple[str, str | None] | None] = ContextVar("hubkernels_expected_etag", default=None)
+_guard_lock = threading.Lock()
+
+
+def _etag_guard(response) -> None:  # type: ignore[no-untyped-def]
+    """httpx response hook: refuse a file's metadata answer whose ETag is not the file's hash, before
+    huggingface_hub uses that ETag as a file name in the cache (it joins it to the blob folder unchecked)."""
+    expected = _expected_etag.get()
+    if expected is None or response.request.method != "HEAD":
+        return
+    raw = response.headers.get("X-Linked-Etag") or response.headers.get("ETag")
+    if raw is None:
+        return  # huggingface_hub refuses a missing ETag itself
+    etag = raw.lstrip("W/").strip('"')  # exactly how huggingface_hub normalizes it
+    path, want = expected
+    if not _HASH.fullmatch(etag) or (want is not None and etag != want):
+        raise DownloadError(
+            f"{endpoint()} answered ETag {etag[:80]!r} for {path}, which is not the file's hash"
+            + (f" ({want}, from the listing)" if want else "") + "; refusing to download it (huggingface_hub would "
+            "use it as a file name and could write outside the cache). The server is broken or malicious: check "
+            "HF_ENDPOINT."
+        )
+
+
+def _guard_client(client):  # type: ignore[no-untyped-def]
+    hooks = client.event_hooks
+    if _etag_guard not in hooks["response"]:
+        client.event_hooks = {"request": list(hooks["request"]), "response": [*hooks["response"], _etag_guard]}
+    return client
+
+
+def install_etag_guard() -> None:
+    """Add the ETag check to huggingface_hub's shared HTTP client, and to any it creates later (it makes a new
+    one after a dropped connection). The check acts only inside `Remote.download`; other calls are untouched."""
+    from huggingface_hub.utils import _http
+
+    with _guard_lock:
+        factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
+        if factory is not None and not getattr(factory, "hubkernels_guarded", False):
+            def guarded():  # type: ignore[no-untyped-def]
+                return _guard_client(factory())
+
+            guarded.hubkernels_guarded = True  # type: ignore[attr-defined]
+            _http._GLOBAL_CLIENT_FACTORY = guarded
+        _guard_client(_http.get_session())
+
+
 class Remote:
     """The Hub side of one kernel repo; creates its HfApi on first use, so warm loads never import the client."""
 
@@ -203,11 +255,19 @@ class Remote:
             ) from None
         except RepositoryNotFoundError as e:
             raise self.not_found(e) from None
-        return {e.path: TreeEntry(e.size, e.blob_id, e.lfs.sha256 if e.lfs else None)
-                for e in entries if isinstance(e, RepoFile)}
+        files = [e for e in entries if isinstance(e, RepoFile)]
+        for e in files:
+            if not _HASH.fullmatch(str(e.blob_id)) or (e.lfs and not _HASH.fullmatch(str(e.lfs.sha256))):
+                raise DownloadError(f"{endpoint()} listed {e.path} of {self.repo_id}@{commit[:7]} with a malformed "
+                                    "hash; refusing to download from it. The server is broken or malicious: check "
+                                    "HF_ENDPOINT.")
+        return {e.path: TreeEntry(e.size, e.blob_id, e.lfs.sha256 if e.lfs else None) for e in files}
 
-    def download(self, commit: str, paths: list[str], cache_dir: Path, *, force: bool, label: str) -> None:
-        """Fetch `paths` of `commit` into the cache (8 at a time), with one progress bar for all of them."""
+    def download(self, commit: str, paths: list[str], cache_dir: Path, *, force: bool, label: str,
+                 etags: Mapping[str, str] | None = None) -> None:
+        """Fetch `paths` of `commit` into the cache (8 at a time), with one progress bar for all of them.
+
+        Each file's ETag must be a 40/64-hex hash, and the one in `etags` (from the listing) where given."""
         from concurrent.futures import ThreadPoolExecutor
 
         from huggingface_hub.utils import tqdm
@@ -218,10 +278,16 @@ class Remote:
                 super().__init__(*args, **kwargs)
 
         def one(path: str) -> None:
-            call(f"downloading {path} of {self.repo_id}@{commit[:7]}",
-                 lambda: self.api.hf_hub_download(self.repo_id, path, repo_type="kernel", revision=commit,
-                                                  cache_dir=cache_dir, force_download=force, tqdm_class=_Quiet),
-                 retry_dropped=False)
+            token = _expected_etag.set((path, (etags or {}).get(path)))
+            try:
+                call(f"downloading {path} of {self.repo_id}@{commit[:7]}",
+                     lambda: self.api.hf_hub_download(self.repo_id, path, repo_type="kernel", revision=commit,
+                                                      cache_dir=cache_dir, force_download=force, tqdm_class=_Quiet),
+                     retry_dropped=False)
+            finally:
+                _expected_etag.reset(token)
+
+        install_etag_guard()
 
         with tqdm(total=len(paths), desc=f"Downloading {label}", unit="file", leave=False) as bar, \
                 ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:

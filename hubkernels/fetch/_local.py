@@ -8,25 +8,38 @@ Everything lives in the repository's own cache folder, `<cache>/kernels--org--na
     trees/<commit>.json          the listing of build/ at that commit (immutable, so kept forever)
     receipts/<commit>/<variant>.json
                                  proof that the variant's files were verified: metadata.json's sha256 and the
-                                 size + mtime_ns + inode of every file, so a warm load only stats them
+                                 hash of every file, which a warm load checks again (once per process)
+    receipts/<commit>/<variant>.<python>.code
+                                 the variant's Python code compiled from the verified sources (its sha256 is in
+                                 the receipt), so verified variants never run a `__pycache__`
 
 Files are written to a temporary name and renamed into place, so a crash never leaves a half-written record.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import importlib.util
 import json
+import marshal
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
+from .. import digest as _digest
 from .. import settings
+from ..load import Verified
+
+#: Compiled code is kept per interpreter: its cache tag and bytecode magic number.
+_CODE_TAG = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _VERSION_BRANCH = re.compile(r"^v(\d+)$")
@@ -66,6 +79,18 @@ def _write_json(path: Path, data: Any) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -155,6 +180,12 @@ class RepoState:
         _write_json(self.root / "refs.json", {"branches": branches, "tags": tags, "checked_at": refs.checked_at})
         return refs
 
+    def forget_refs(self) -> None:
+        """Make the index stale (kept for offline use), so the next load by name lists the refs again."""
+        refs = self.refs()
+        if refs is not None:
+            _write_json(self.root / "refs.json", {"branches": refs.branches, "tags": refs.tags, "checked_at": 0.0})
+
     def hf_refs(self) -> dict[str, str]:
         """Branch -> commit from huggingface_hub's own `refs/` files (written when someone downloaded by name)."""
         refs_dir = self.repo_dir / "refs"
@@ -225,34 +256,82 @@ class RepoState:
     def _receipt_path(self, commit: str, variant: str) -> Path:
         return self.root / "receipts" / commit / f"{variant}.json"
 
+    def _code_path(self, commit: str, variant: str) -> Path:
+        return self.root / "receipts" / commit / f"{variant}.{_CODE_TAG}.code"
+
     def receipt(self, commit: str, variant: str) -> dict[str, Any] | None:
         data = _read_json(self._receipt_path(commit, variant))
         return data if isinstance(data, dict) and "files" in data and "metadata_sha256" in data else None
 
-    def save_receipt(self, commit: str, variant: str, metadata_sha256: str) -> None:
-        """Record that the variant's files, as they are on disk now, passed verification."""
-        vdir = self.variant_dir(commit, variant)
-        _write_json(self._receipt_path(commit, variant),
-                    {"metadata_sha256": metadata_sha256, "verified_at": time.time(),
-                     "files": {rel: list(stat) for rel, stat in file_stats(vdir)}})
+    def save_receipt(self, commit: str, variant: str, metadata_sha256: str, verified: Verified) -> None:
+        """Record what the variant's files were verified to be (their hashes), and its compiled Python code."""
+        record: dict[str, Any] = {"metadata_sha256": metadata_sha256, "verified_at": time.time(),
+                                  "algorithm": verified.algorithm, "files": dict(verified.files)}
+        if verified.code:
+            path = self._code_path(commit, variant)
+            data = marshal.dumps(dict(verified.code))
+            _write_bytes(path, data)
+            record["code"] = {_CODE_TAG: hashlib.sha256(data).hexdigest()}
+        _write_json(self._receipt_path(commit, variant), record)
 
     def drop_receipt(self, commit: str, variant: str) -> None:
         self._receipt_path(commit, variant).unlink(missing_ok=True)
+        self._code_path(commit, variant).unlink(missing_ok=True)
 
-    def receipt_holds(self, commit: str, variant: str) -> str | None:
-        """The verified metadata sha256 if every file is exactly as the receipt recorded it, else None.
+    def receipt_holds(self, commit: str, variant: str) -> tuple[str, Verified] | None:
+        """(metadata sha256, what was verified) if every file still has the content the receipt recorded, else None.
 
-        Costs one stat per file and no reads: this is what keeps warm loads from re-hashing.
+        Each file is hashed once per process (`digest.hash_file(memo=True)`): a same-size edit with its mtime put
+        back is caught, and a second load in the process costs one stat per file.
         """
         receipt = self.receipt(commit, variant)
         if receipt is None:
             return None
-        recorded = {rel: tuple(stat) for rel, stat in receipt["files"].items()}
+        algorithm, files = receipt.get("algorithm"), receipt.get("files")
+        if algorithm not in ("sha256", "sha512") or not isinstance(files, dict):
+            return None  # a receipt of an older hubkernels (sizes and mtimes only): verify again
+        vdir = self.variant_dir(commit, variant)
         try:
-            current = dict(file_stats(self.variant_dir(commit, variant)))
+            meta = _digest.hash_file(vdir / "metadata.json", "sha256", memo=True)
+            current = _digest.hash_variant(vdir, algorithm, memo=True)
         except OSError:
             return None
-        return str(receipt["metadata_sha256"]) if current == recorded else None
+        if current != files or base64.b64decode(meta).hex() != receipt["metadata_sha256"]:
+            return None
+        code = self._code(commit, variant, receipt)
+        return str(receipt["metadata_sha256"]), Verified(algorithm, files, code)
+
+    def _code(self, commit: str, variant: str, receipt: dict[str, Any]) -> dict[str, CodeType]:
+        """The code compiled at verification, if its bytes are those the receipt recorded (else none: compile)."""
+        expected = (receipt.get("code") or {}).get(_CODE_TAG) if isinstance(receipt.get("code"), dict) else None
+        if not expected:
+            return {}
+        try:
+            data = self._code_path(commit, variant).read_bytes()
+            if hashlib.sha256(data).hexdigest() != expected:
+                return {}
+            code = marshal.loads(data)
+        except (OSError, ValueError, EOFError, TypeError):
+            return {}
+        ok = isinstance(code, dict) and all(isinstance(k, str) and isinstance(v, CodeType) for k, v in code.items())
+        return code if ok else {}
+
+
+def compile_sources(vdir: Path, verified: Verified) -> dict[str, CodeType]:
+    """Code objects of the variant's verified .py files, compiled from bytes re-hashed as they are read."""
+    root = vdir.resolve()
+    code: dict[str, CodeType] = {}
+    for rel, expected in verified.files.items():
+        if not rel.endswith(".py"):
+            continue
+        path = root / rel
+        try:
+            data = path.read_bytes()
+            if _digest.hash_bytes(data, verified.algorithm) == expected:
+                code[expected] = compile(data, str(path), "exec", dont_inherit=True)
+        except (OSError, SyntaxError, ValueError):
+            continue  # imported from source later, where the error is reported
+    return code
 
 
 def variant_files(variant_dir: Path) -> Iterator[tuple[str, Path]]:
