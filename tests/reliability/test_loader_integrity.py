@@ -69,23 +69,28 @@ def test_tampered_files_are_refused_in_the_cache_and_on_the_server(hub, ltx_repo
                 outcomes[f"client {name} {mode}"] = type(e).__name__
     storage = hub.app.state.hub.storage
     tree = RepoState(repo_id, template).tree(commit)
-    for name in names:  # the hub's storage: the LFS object behind the file
+    for name in names:  # the hub's storage: the LFS object behind the file, and the Xet xorbs that hold it
         entry = tree[f"build/{variant}/{name}"]
         assert entry.lfs_sha256, f"{name} is not stored in LFS on the hub"
-        blob = storage.lfs_path(entry.lfs_sha256)
-        original, st = blob.read_bytes(), blob.stat()
+        blobs = [storage.lfs_path(entry.lfs_sha256)]
+        xet_file = storage.xet.file_for_sha256(entry.lfs_sha256) if storage.xet else None
+        if xet_file:  # uploaded through Xet (the default client): downloads are rebuilt from these
+            blobs += sorted({storage.xet.xorb_path(t[0]) for t in storage.xet.file(xet_file)["terms"]})
+        saved = [(b, b.read_bytes(), b.stat()) for b in blobs]
         for mode in MODES:
             tried += 1
             try:
-                _tamper(blob, mode)
+                for blob in blobs:
+                    _tamper(blob, mode)
                 install(repo_id, version=1, cache_dir=tmp_path / f"server-{name}-{mode}".replace(" ", "_"))
                 outcomes[f"server {name} {mode}"] = "LOADED"
             except HubkernelsError as e:
                 refused += 1
                 outcomes[f"server {name} {mode}"] = type(e).__name__
             finally:
-                blob.write_bytes(original)
-                os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+                for blob, original, st in saved:
+                    blob.write_bytes(original)
+                    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
     record(tried, tried - refused, refused_pct=round(100 * refused / tried, 1))
     assert refused == tried == 18, json.dumps(outcomes, indent=1)
 
