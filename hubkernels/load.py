@@ -12,6 +12,7 @@ import logging
 import sys
 import threading
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -117,8 +118,12 @@ def _check_python_depends(metadata: Metadata) -> None:
             raise KernelLoadError(f"{metadata.name} requires the Python package {dep!r}: pip install {dep}")
 
 
-def import_variant(variant_dir: str | Path, *, verify: bool = False, system: System | None = None) -> ModuleType:
-    """Import one variant directory under its unique id (idempotent per id)."""
+def import_variant(variant_dir: str | Path, *, verify: bool = False, system: System | None = None,
+                   deps: Mapping[str, ModuleType] | None = None) -> ModuleType:
+    """Import one variant directory under its unique id (idempotent per id).
+
+    `deps` ({repo_id: module}) is what the kernel's `get_kernel_dep` calls return while it is imported.
+    """
     variant_dir = Path(variant_dir).resolve()
     metadata = Metadata.read(variant_dir)
     with _lock:
@@ -146,8 +151,11 @@ def import_variant(variant_dir: str | Path, *, verify: bool = False, system: Sys
             raise KernelLoadError(f"cannot import {init}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[metadata.id] = module
+        from .fetch.deps import providing
+
         try:
-            spec.loader.exec_module(module)
+            with providing(deps or {}):
+                spec.loader.exec_module(module)
         except Exception as e:
             sys.modules.pop(metadata.id, None)
             raise KernelLoadError(f"importing {metadata.name} from {variant_dir} failed: {e}") from e

@@ -24,6 +24,7 @@ from .errors import HubkernelsError, UsageError
 from .fetch import TrustRemoteCode, _tree, import_installed, install, parse_spec, resolve_ref
 from .fetch._hub import KernelNotFoundError, Remote
 from .fetch._local import RepoState
+from .fetch.deps import locked_dependencies
 from .metadata import Metadata
 
 FORMAT = 1
@@ -101,6 +102,11 @@ def lock(specs: Sequence[str], output: str | Path | None = DEFAULT_LOCKFILE, *,
     for spec in specs:
         repo_id, version, revision = parse_spec(spec)
         entries.append(lock_kernel(repo_id, version=version, revision=revision, cache_dir=cache_dir))
+    for entry in entries:  # grows while it runs: the kernel-depends of what is locked are locked too
+        for dep in locked_dependencies(entry.repo_id, entry.commit, entry.variants, cache_dir):
+            if dep.repo_id not in {e.repo_id for e in entries}:
+                entries.append(lock_kernel(dep.repo_id, version=dep.version, revision=dep.revision,
+                                           cache_dir=cache_dir))
     if output is not None:
         path = Path(output)
         kept = {e.repo_id: e for e in read_lock(path).values()} if path.is_file() else {}
@@ -148,7 +154,7 @@ def install_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, bac
     entry = _entry(repo_id, lockfile)
     return install(repo_id, revision=entry.commit, backend=backend, trust_remote_code=trust_remote_code,
                    force_download=force_download, cache_dir=cache_dir,
-                   locked={n: v.metadata_sha256 for n, v in entry.variants.items()}).path
+                   locked={n: v.metadata_sha256 for n, v in entry.variants.items()}, pins=_pins(lockfile)).path
 
 
 def load_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, backend: str | None = None,
@@ -158,8 +164,13 @@ def load_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, backen
     entry = _entry(repo_id, lockfile)
     installed = install(repo_id, revision=entry.commit, backend=backend, trust_remote_code=trust_remote_code,
                         force_download=force_download, cache_dir=cache_dir,
-                        locked={n: v.metadata_sha256 for n, v in entry.variants.items()})
+                        locked={n: v.metadata_sha256 for n, v in entry.variants.items()}, pins=_pins(lockfile))
     return import_installed(installed)
+
+
+def _pins(lockfile: str | Path) -> dict[str, str]:
+    """{repo_id: commit} of every kernel in the lock: a locked kernel's dependencies load at these commits."""
+    return {e.repo_id: e.commit for e in read_lock(lockfile).values()}
 
 
 def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]

@@ -66,6 +66,7 @@ class Installed:
     metadata_sha256: str
     resolution: Resolution
     warm: bool  # True when it was already verified (no download, no hashing)
+    deps: tuple[Installed, ...] = ()  # its kernel-depends, installed (see `deps`)
 
 
 # -- public API ----------------------------------------------------------------------------------------------
@@ -79,7 +80,8 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
     `version=N` takes branch `v<N>`; `revision=` a branch, tag or commit; neither takes the newest version (and logs
     which, so you can pin it). Version branches are looked up again after HUBKERNELS_VERSION_TTL seconds. Publishers the Hub flags as trusted load directly; others need
     `trust_remote_code=True`, a list of trusted organizations, or HUBKERNELS_TRUSTED_ORGS. `lockfile=` loads the
-    commit recorded by `hubkernels lock` and checks the variant against it.
+    commit recorded by `hubkernels lock` and checks the variant against it. The kernels it `kernel-depends` on
+    load first.
     """
     if lockfile is not None:
         if version is not None or revision is not None:
@@ -134,8 +136,11 @@ def kernel_versions(repo_id: str, *, cache_dir: str | Path | None = None) -> dic
 def install(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
             trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
             cache_dir: str | Path | None = None, locked: Mapping[str, str] | None = None,
-            max_age: float | None = None) -> Installed:
-    """Resolve, trust-check, choose, download and verify one variant. `locked`: {variant: metadata sha256}."""
+            max_age: float | None = None, pins: Mapping[str, str] | None = None, dependencies: bool = True) -> Installed:
+    """Resolve, trust-check, choose, download and verify one variant, then its kernel dependencies.
+
+    `locked`: {variant: metadata sha256}; `pins`: {repo_id: commit} for dependencies (both from a lock file).
+    """
     _check_repo_id(repo_id)
     offline = settings.offline()
     if force_download and offline:
@@ -162,15 +167,22 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         state.save_trust(approve=ref.commit)
     if ref.version is not None:
         state.write_hf_ref(f"v{ref.version}", ref.commit)
-    return Installed(repo_id, ref.commit, ref.version, variant, state.variant_dir(ref.commit, variant), meta_sha,
-                     resolution, warm)
+    installed = Installed(repo_id, ref.commit, ref.version, variant, state.variant_dir(ref.commit, variant),
+                          meta_sha, resolution, warm)
+    if not dependencies:
+        return installed
+    from .deps import install_dependencies
+
+    return install_dependencies(installed, backend=backend, trust_remote_code=trust_remote_code,
+                                force_download=force_download, cache_dir=cache_dir, pins=pins)
 
 
 def import_installed(installed: Installed) -> ModuleType:
-    """Import a verified variant under its unique id (checks GPU capability and Python dependencies first)."""
-    from ..load import import_variant
+    """Import a verified variant under its unique id, its kernel dependencies first (checks GPU capability and
+    Python dependencies first)."""
+    from .deps import import_with_dependencies
 
-    module = import_variant(installed.path, verify=False)
+    module = import_with_dependencies(installed)
     logger.info("%s: loaded %s (%s, commit %s) from %s", installed.repo_id, installed.variant,
                 f"v{installed.version}" if installed.version is not None else "pinned revision",
                 installed.commit[:7], installed.path)

@@ -1,0 +1,181 @@
+"""Kernel dependencies: `kernel-depends` of a variant's metadata.json, resolved at load time as HF `kernels` does.
+
+A variant names the kernels it needs (`{"repo-id": "org/name", "version": N}` or `"revision": ...`). Loading it
+installs each dependency first (same trust policy, backend and cache; recursively, refusing cycles), imports
+them, then imports the dependent with them on hand: its `__init__` calls `get_kernel_dep("org/name")` while it
+is being imported. HF `kernels`' own `kernels.get_kernel_dep` works under this loader too, and ours under
+theirs, so one kernel source loads under both. Dependencies of a locked kernel are pinned by the lock (`pins`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from .. import settings
+from ..errors import HubkernelsError
+from ..metadata import Metadata
+
+if TYPE_CHECKING:
+    from . import Installed, TrustRemoteCode
+
+__all__ = ["Dependency", "KernelDependencyError", "dependencies", "get_kernel_dep", "providing",
+           "install_dependencies", "import_with_dependencies"]
+
+#: The dependencies of the kernel being imported right now (None outside a kernel's import).
+_DEPS: ContextVar[Mapping[str, ModuleType] | None] = ContextVar("hubkernels_kernel_deps", default=None)
+
+
+class KernelDependencyError(HubkernelsError, RuntimeError):
+    """A kernel dependency is malformed, cyclic, or asked for outside a kernel's import."""
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One `kernel-depends` entry: another Hub kernel, by major `version` or exact `revision`."""
+
+    repo_id: str
+    version: int | None = None
+    revision: str | None = None
+
+    def __str__(self) -> str:
+        at = f"v{self.version}" if self.version is not None else self.revision
+        return f"{self.repo_id}@{at}" if at else self.repo_id
+
+
+def get_kernel_dep(repo_id: str) -> ModuleType:
+    """The module of dependency `repo_id` of the kernel being imported (call it from the kernel's __init__)."""
+    deps = _DEPS.get()
+    if deps is None:
+        deps = _kernels_deps()  # imported by HF kernels' loader, which keeps its own record
+    if deps is None:
+        raise KernelDependencyError(
+            f"get_kernel_dep({repo_id!r}) only works while a kernel is being imported: call it at the top level of "
+            "the kernel's __init__.py, and load the kernel with hubkernels.get_kernel (or kernels.get_kernel).")
+    module = deps.get(repo_id)
+    if module is None:
+        have = ", ".join(sorted(deps)) or "none"
+        raise KernelDependencyError(
+            f"{repo_id} is not a dependency of the kernel being imported (its kernel-depends: {have}). Add "
+            f'{{ repo-id = "{repo_id}", version = N }} to kernel-depends in build.toml and rebuild.')
+    return module
+
+
+@contextmanager
+def providing(deps: Mapping[str, ModuleType]) -> Iterator[None]:
+    """Make `deps` what `get_kernel_dep` (ours and HF kernels') returns inside the block."""
+    token = _DEPS.set(dict(deps))
+    try:
+        with _kernels_context(deps):
+            yield
+    finally:
+        _DEPS.reset(token)
+
+
+def dependencies(metadata: Metadata) -> list[Dependency]:
+    """The `kernel-depends` entries of a variant's metadata, checked."""
+    out = []
+    for i, entry in enumerate(metadata.kernel_depends, 1):
+        if not isinstance(entry, dict) or not isinstance(entry.get("repo-id"), str) or \
+                ("version" in entry) == ("revision" in entry):
+            raise KernelDependencyError(
+                f"{metadata.name} ({metadata.id}): kernel-depends entry {i} is {entry!r}; each entry needs repo-id "
+                "and exactly one of version or revision. Ask the publisher to rebuild it.")
+        version = entry.get("version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
+            raise KernelDependencyError(f"{metadata.name}: kernel-depends entry {i} has version {version!r}, "
+                                        "not a whole number. Ask the publisher to rebuild it.")
+        out.append(Dependency(entry["repo-id"], version, entry.get("revision")))
+    return out
+
+
+def install_dependencies(installed: Installed, *, backend: str | None, trust_remote_code: TrustRemoteCode,
+                         force_download: bool, cache_dir: str | Path | None, pins: Mapping[str, str] | None = None,
+                         _chain: tuple[str, ...] = ()) -> Installed:
+    """`installed` with its dependencies installed (and theirs), each as the dependent's metadata asks.
+
+    `pins` ({repo_id: commit}, from a lock) overrides what the metadata asks for.
+    """
+    wanted = dependencies(Metadata.read(installed.path))
+    if not wanted:
+        return installed
+    chain = (*_chain, installed.repo_id)
+    found = []
+    for dep in wanted:
+        if dep.repo_id in chain:
+            raise KernelDependencyError(f"cyclic kernel dependency: {' -> '.join((*chain, dep.repo_id))}. "
+                                        "A kernel cannot depend on itself, directly or through others.")
+        child = _install_one(dep, backend=backend, trust_remote_code=trust_remote_code,
+                             force_download=force_download, cache_dir=cache_dir, pins=pins or {})
+        found.append(install_dependencies(child, backend=backend, trust_remote_code=trust_remote_code,
+                                          force_download=force_download, cache_dir=cache_dir, pins=pins,
+                                          _chain=chain))
+    return dataclasses.replace(installed, deps=tuple(found))
+
+
+def import_with_dependencies(installed: Installed) -> ModuleType:
+    """Import the dependencies (depth first), then the variant with them available to `get_kernel_dep`."""
+    from ..load import import_variant
+
+    modules = {dep.repo_id: import_with_dependencies(dep) for dep in installed.deps}
+    return import_variant(installed.path, verify=False, deps=modules)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def _install_one(dep: Dependency, *, backend: str | None, trust_remote_code: TrustRemoteCode, force_download: bool,
+                 cache_dir: str | Path | None, pins: Mapping[str, str]) -> Installed:
+    from . import Installed, install
+
+    local = settings.local_kernels().get(dep.repo_id)
+    if local is not None:  # LOCAL_KERNELS overrides dependencies too, as in HF kernels
+        from ..load import resolve_local
+
+        path, resolution = resolve_local(local, backend)
+        return Installed(dep.repo_id, "", None, path.name, path, "", resolution, True)
+    pinned = pins.get(dep.repo_id)
+    try:
+        return install(dep.repo_id, version=None if pinned else dep.version, revision=pinned or dep.revision,
+                       backend=backend, trust_remote_code=trust_remote_code, force_download=force_download,
+                       cache_dir=cache_dir, dependencies=False)
+    except HubkernelsError as e:
+        raise type(e)(f"while installing kernel dependency {dep}{' (pinned ' + pinned[:7] + ')' if pinned else ''}: "
+                      f"{e}") from e
+
+
+def _kernels_deps() -> Mapping[str, ModuleType] | None:
+    module = sys.modules.get("kernels.deps")
+    var: Any = getattr(module, "_KERNEL_DEPS", None)
+    return var.get() if var is not None else None
+
+
+def _kernels_context(deps: Mapping[str, ModuleType]) -> Any:
+    """HF kernels' own dependency context, so `kernels.get_kernel_dep` answers inside our import too."""
+    if not deps and "kernels.deps" not in sys.modules:
+        return nullcontext()  # importing HF kernels costs ~0.5 s; a kernel without dependencies does not need it
+    try:
+        from kernels.deps import use_kernel_deps
+    except Exception:  # noqa: BLE001 - not installed, or a version without kernel dependencies
+        return nullcontext()
+    return use_kernel_deps(dict(deps))
+
+
+def locked_dependencies(repo_id: str, commit: str, variants: list[str] | Mapping[str, Any],
+                        cache_dir: str | Path | None = None) -> list[Dependency]:
+    """Every dependency any of `variants` of `repo_id@commit` declares (their metadata.json must be cached)."""
+    from ._local import RepoState
+
+    snapshot = RepoState(repo_id, cache_dir).repo_dir / "snapshots" / commit / "build"
+    found: dict[Dependency, None] = {}
+    for variant in variants:
+        for dep in dependencies(Metadata.read(snapshot / variant)):
+            found[dep] = None
+    return list(found)
