@@ -74,14 +74,15 @@ class Installed:
 
 def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
                trust_remote_code: TrustRemoteCode = False, lockfile: str | Path | None = None,
-               force_download: bool = False, cache_dir: str | Path | None = None) -> ModuleType:
+               force_download: bool = False, cache_dir: str | Path | None = None,
+               build: bool | None = None) -> ModuleType:
     """Download (if needed), verify and import the best variant of a Hub kernel for this machine.
 
     `version=N` takes branch `v<N>`; `revision=` a branch, tag or commit; neither takes the newest version (and logs
     which, so you can pin it). Version branches are looked up again after HUBKERNELS_VERSION_TTL seconds. Publishers the Hub flags as trusted load directly; others need
     `trust_remote_code=True`, a list of trusted organizations, or HUBKERNELS_TRUSTED_ORGS. `lockfile=` loads the
     commit recorded by `hubkernels lock` and checks the variant against it. The kernels it `kernel-depends` on
-    load first.
+    load first. `build=True` (or HUBKERNELS_BUILD=auto) builds the published source here when no variant fits.
     """
     if lockfile is not None:
         if version is not None or revision is not None:
@@ -97,7 +98,8 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
         logger.info("%s: loading the local build at %s (LOCAL_KERNELS)", repo_id, local)
         return get_local_kernel(local, backend)
     installed = install(repo_id, version=version, revision=revision, backend=backend,
-                        trust_remote_code=trust_remote_code, force_download=force_download, cache_dir=cache_dir)
+                        trust_remote_code=trust_remote_code, force_download=force_download, cache_dir=cache_dir,
+                        build=build)
     return import_installed(installed)
 
 
@@ -136,7 +138,8 @@ def kernel_versions(repo_id: str, *, cache_dir: str | Path | None = None) -> dic
 def install(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
             trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
             cache_dir: str | Path | None = None, locked: Mapping[str, str] | None = None,
-            max_age: float | None = None, pins: Mapping[str, str] | None = None, dependencies: bool = True) -> Installed:
+            max_age: float | None = None, pins: Mapping[str, str] | None = None, dependencies: bool = True,
+            build: bool | None = None) -> Installed:
     """Resolve, trust-check, choose, download and verify one variant, then its kernel dependencies.
 
     `locked`: {variant: metadata sha256}; `pins`: {repo_id: commit} for dependencies (both from a lock file).
@@ -152,9 +155,16 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
     names = sorted(locked) if locked is not None else _variant_names(state, ref.commit, tree)
     resolution = resolve(names, None, backend)
     where = f"{repo_id}@{ref.label}" + ("" if ref.label == ref.commit else f" (commit {ref.commit[:7]})")
-    variant = str(require(resolution, where))
-    meta_sha = None if force_download else state.receipt_holds(ref.commit, variant)
-    warm = meta_sha is not None
+    built = None
+    if resolution.chosen is None and locked is None:  # nothing published fits: build the source, if asked to
+        from .source import install_from_source
+
+        built = install_from_source(state, remote, ref.commit, resolution, backend=backend, build=build,
+                                    force=force_download, asked=(ref.version, ref.label))
+    variant = built.variant if built else str(require(resolution, where))
+    meta_sha = built.metadata_sha256 if built else None if force_download else state.receipt_holds(ref.commit,
+                                                                                                    variant)
+    warm = built.warm if built else meta_sha is not None
     if meta_sha is None:
         meta_sha = _download_and_verify(state, remote, ref, variant, tree, force_download)
     if locked is not None and locked.get(variant) != meta_sha:
@@ -167,14 +177,14 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         state.save_trust(approve=ref.commit)
     if ref.version is not None:
         state.write_hf_ref(f"v{ref.version}", ref.commit)
-    installed = Installed(repo_id, ref.commit, ref.version, variant, state.variant_dir(ref.commit, variant),
-                          meta_sha, resolution, warm)
+    installed = Installed(repo_id, ref.commit, ref.version, variant,
+                          built.path if built else state.variant_dir(ref.commit, variant), meta_sha, resolution, warm)
     if not dependencies:
         return installed
     from .deps import install_dependencies
 
     return install_dependencies(installed, backend=backend, trust_remote_code=trust_remote_code,
-                                force_download=force_download, cache_dir=cache_dir, pins=pins)
+                                force_download=force_download, cache_dir=cache_dir, pins=pins, build=build)
 
 
 def import_installed(installed: Installed) -> ModuleType:
@@ -323,6 +333,8 @@ def _variant_names(state: RepoState, commit: str, tree: dict[str, TreeEntry] | N
     if tree is not None:
         return sorted({p.split("/")[1] for p in tree if p.count("/") >= 2})
     names = state.local_variants(commit)
+    if not names and (state.root / "builds" / commit).is_dir():
+        return []  # nothing downloaded, but built here from source (see `source`)
     if not names:
         raise KernelNotFoundError(
             f"HF_HUB_OFFLINE=1 and no variant of {state.repo_id}@{commit[:7]} is in the cache ({state.repo_dir}). "

@@ -98,7 +98,7 @@ def dependencies(metadata: Metadata) -> list[Dependency]:
 
 def install_dependencies(installed: Installed, *, backend: str | None, trust_remote_code: TrustRemoteCode,
                          force_download: bool, cache_dir: str | Path | None, pins: Mapping[str, str] | None = None,
-                         _chain: tuple[str, ...] = ()) -> Installed:
+                         build: bool | None = None, _chain: tuple[str, ...] = ()) -> Installed:
     """`installed` with its dependencies installed (and theirs), each as the dependent's metadata asks.
 
     `pins` ({repo_id: commit}, from a lock) overrides what the metadata asks for.
@@ -113,10 +113,10 @@ def install_dependencies(installed: Installed, *, backend: str | None, trust_rem
             raise KernelDependencyError(f"cyclic kernel dependency: {' -> '.join((*chain, dep.repo_id))}. "
                                         "A kernel cannot depend on itself, directly or through others.")
         child = _install_one(dep, backend=backend, trust_remote_code=trust_remote_code,
-                             force_download=force_download, cache_dir=cache_dir, pins=pins or {})
+                             force_download=force_download, cache_dir=cache_dir, pins=pins or {}, build=build)
         found.append(install_dependencies(child, backend=backend, trust_remote_code=trust_remote_code,
                                           force_download=force_download, cache_dir=cache_dir, pins=pins,
-                                          _chain=chain))
+                                          build=build, _chain=chain))
     return dataclasses.replace(installed, deps=tuple(found))
 
 
@@ -132,7 +132,7 @@ def import_with_dependencies(installed: Installed) -> ModuleType:
 
 
 def _install_one(dep: Dependency, *, backend: str | None, trust_remote_code: TrustRemoteCode, force_download: bool,
-                 cache_dir: str | Path | None, pins: Mapping[str, str]) -> Installed:
+                 cache_dir: str | Path | None, pins: Mapping[str, str], build: bool | None) -> Installed:
     from . import Installed, install
 
     local = settings.local_kernels().get(dep.repo_id)
@@ -145,7 +145,7 @@ def _install_one(dep: Dependency, *, backend: str | None, trust_remote_code: Tru
     try:
         return install(dep.repo_id, version=None if pinned else dep.version, revision=pinned or dep.revision,
                        backend=backend, trust_remote_code=trust_remote_code, force_download=force_download,
-                       cache_dir=cache_dir, dependencies=False)
+                       cache_dir=cache_dir, dependencies=False, build=build)
     except HubkernelsError as e:
         raise type(e)(f"while installing kernel dependency {dep}{' (pinned ' + pinned[:7] + ')' if pinned else ''}: "
                       f"{e}") from e
