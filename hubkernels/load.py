@@ -72,14 +72,21 @@ def resolve_local(path: str | Path, backend: str | None = None, system: System |
     return found[str(chosen)], resolution
 
 
-def get_local_kernel(repo_path: str | Path, backend: str | None = None, *, verify: bool = False) -> ModuleType:
+def get_local_kernel(repo_path: str | Path, backend: str | None = None, *, verify: bool = False,
+                     trust_remote_code: bool | list[str] = False) -> ModuleType:
     """Import the best variant of a locally built kernel (`hubkernels build` output or a variant dir).
 
-    `verify=True` checks every file against the digest in metadata.json before importing.
+    `verify=True` checks every file against the digest in metadata.json before importing. Its `kernel-depends`
+    come from the Hub (or LOCAL_KERNELS), under `trust_remote_code` as in `get_kernel`.
     """
     variant_dir, resolution = resolve_local(repo_path, backend)
     logger.info("loading %s from %s", resolution.chosen, variant_dir)
-    return import_variant(variant_dir, verify=verify)
+    deps = None
+    if Metadata.read(variant_dir).kernel_depends:
+        from .fetch.deps import local_dependencies
+
+        deps = local_dependencies(variant_dir, backend=backend, trust_remote_code=trust_remote_code)
+    return import_variant(variant_dir, verify=verify, deps=deps)
 
 
 def check_capability(metadata: Metadata, system: System) -> None:

@@ -152,6 +152,20 @@ def test_a_lock_pins_the_dependency_too(hub, tmp_path: Path) -> None:
         """, tmp_path / "a")
     latest = run_python(_OURS_LOAD.format(repo=user, x="torch.ones(1)"), tmp_path / "b")
     assert locked.stdout.strip() == "[4.0]" and latest.stdout.split()[0] == "[6.0]"
+    offline = run_python(locked.args[2], tmp_path / "a", HF_HUB_OFFLINE="1")  # the locked load, again offline
+    assert offline.stdout.strip() == "[4.0]"
+
+
+def test_a_local_build_gets_its_dependencies_from_the_hub(pair, tmp_path: Path) -> None:
+    root = _kernel("user", tmp_path / "user", {PLACEHOLDER: pair.base})
+    assert hubkernels.get_local_kernel(root).scale_shift(torch.ones(1)).tolist() == [4.0]
+
+
+def test_local_kernels_overrides_a_dependency(pair, tmp_path: Path) -> None:
+    local = _kernel("base", tmp_path / "base", {"FACTOR = 3": "FACTOR = 10"})
+    for code, cache in ((_OURS_LOAD, "ours"), (_KERNELS_LOAD, "theirs")):
+        out = run_python(code.format(repo=pair.user, x=X), tmp_path / cache, LOCAL_KERNELS=f"{pair.base}={local}")
+        assert out.stdout.split()[:2] == ["[11.0,", "21.0]"], code
 
 
 def test_a_dependency_obeys_the_trust_policy(hub, tmp_path: Path) -> None:

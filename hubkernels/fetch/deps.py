@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from . import Installed, TrustRemoteCode
 
 __all__ = ["Dependency", "KernelDependencyError", "dependencies", "get_kernel_dep", "providing",
-           "install_dependencies", "import_with_dependencies"]
+           "install_dependencies", "import_with_dependencies", "local_dependencies", "locked_dependencies"]
 
 #: The dependencies of the kernel being imported right now (None outside a kernel's import).
 _DEPS: ContextVar[Mapping[str, ModuleType] | None] = ContextVar("hubkernels_kernel_deps", default=None)
@@ -118,6 +118,20 @@ def install_dependencies(installed: Installed, *, backend: str | None, trust_rem
                                           force_download=force_download, cache_dir=cache_dir, pins=pins,
                                           build=build, _chain=chain))
     return dataclasses.replace(installed, deps=tuple(found))
+
+
+def local_dependencies(variant_dir: str | Path, *, backend: str | None = None,
+                       trust_remote_code: TrustRemoteCode = False) -> dict[str, ModuleType]:
+    """{repo_id: module} of the kernel-depends of a local variant, installed from the Hub (or LOCAL_KERNELS)."""
+    meta = Metadata.read(variant_dir)
+    out = {}
+    for dep in dependencies(meta):
+        child = _install_one(dep, backend=backend, trust_remote_code=trust_remote_code, force_download=False,
+                             cache_dir=None, pins={}, build=None)
+        child = install_dependencies(child, backend=backend, trust_remote_code=trust_remote_code,
+                                     force_download=False, cache_dir=None)
+        out[dep.repo_id] = import_with_dependencies(child)
+    return out
 
 
 def import_with_dependencies(installed: Installed) -> ModuleType:
