@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hubkernels import cli
 from hubkernels.digest import hash_variant
 from hubkernels.errors import DigestError, VariantNotFoundError
 from hubkernels.fetch import UntrustedKernelError, get_kernel, install
@@ -89,7 +90,7 @@ def test_without_build_the_error_lists_the_variants_why_and_how_to_build(hub, tm
     with pytest.raises(VariantNotFoundError) as e:
         get_kernel(repo_id, version=1, cache_dir=tmp_path / "cache")
     text = str(e.value)
-    assert f"No published variant of {repo_id}@" in text
+    assert f"No published variant of {repo_id}@v1 (commit " in text
     assert f"rejected {CUDA_VARIANT}: built for cuda, this system uses cpu" in text
     assert f"hubkernels.get_kernel({repo_id!r}, version=1, build=True)" in text and "HUBKERNELS_BUILD=auto" in text
     assert _builds(tmp_path / "cache", repo_id) == []
@@ -126,6 +127,17 @@ def test_a_noarch_kernel_published_for_cuda_only_builds_for_cpu(hub, tmp_path: P
     out = run_python(f"import hubkernels; print(hubkernels.get_kernel({repo_id!r}, version=1).VALUE)", cache,
                      HF_HUB_OFFLINE="1", HUBKERNELS_BUILD="auto")
     assert out.stdout.strip() == "7" and _api_requests(hub) == []
+
+
+def test_cli_download_builds_with_build_and_otherwise_says_how(hub, tmp_path: Path, monkeypatch, capsys) -> None:
+    repo_id = new_repo()
+    upload(make_kernel(tmp_path / "k", backends=("cuda",)), repo_id=repo_id)
+    monkeypatch.setenv("HUBKERNELS_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["download", f"{repo_id}@v1"]) == 2
+    assert f"hubkernels.get_kernel({repo_id!r}, version=1, build=True)" in capsys.readouterr().err
+    assert cli.main(["download", f"{repo_id}@v1", "--build"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.name == "torch-cpu" and path.parent.parent.name == "builds" and (path / "metadata.json").is_file()
 
 
 # -- a compiled kernel: two processes race to build it -----------------------------------------------------------

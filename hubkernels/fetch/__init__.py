@@ -96,7 +96,7 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
         from ..load import get_local_kernel
 
         logger.info("%s: loading the local build at %s (LOCAL_KERNELS)", repo_id, local)
-        return get_local_kernel(local, backend)
+        return get_local_kernel(local, backend, trust_remote_code=trust_remote_code)
     installed = install(repo_id, version=version, revision=revision, backend=backend,
                         trust_remote_code=trust_remote_code, force_download=force_download, cache_dir=cache_dir,
                         build=build)
@@ -105,13 +105,14 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
 
 def install_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None,
                    backend: str | None = None, trust_remote_code: TrustRemoteCode = False,
-                   force_download: bool = False, cache_dir: str | Path | None = None) -> Path:
+                   force_download: bool = False, cache_dir: str | Path | None = None,
+                   build: bool | None = None) -> Path:
     """Download and verify this machine's variant without importing it; returns its directory in the cache.
 
     The same trust rules as `get_kernel` apply, since the directory holds code meant to be imported.
     """
     return install(repo_id, version=version, revision=revision, backend=backend, trust_remote_code=trust_remote_code,
-                   force_download=force_download, cache_dir=cache_dir).path
+                   force_download=force_download, cache_dir=cache_dir, build=build).path
 
 
 def has_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
@@ -447,6 +448,8 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--backend", help="choose the variant for this backend (cpu or the machine's)")
     p.add_argument("--trust-remote-code", action="store_true", help="load even if the publisher is not trusted")
     p.add_argument("--force", action="store_true", help="download again even if cached (repairs a damaged cache)")
+    p.add_argument("--build", action="store_true", default=None,
+                   help="if no published variant fits this machine, build the published source here")
     p.set_defaults(func=_cmd_download)
     p = subparsers.add_parser("info", help="show a Hub kernel's versions and how its variants resolve here")
     p.add_argument("kernel", help="org/name, org/name@v<N> or org/name@<revision>")
@@ -461,7 +464,8 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
 def _cmd_download(args) -> int:  # type: ignore[no-untyped-def]
     repo_id, version, revision = parse_spec(args.kernel)
     path = install_kernel(repo_id, version=version, revision=revision, backend=args.backend,
-                          trust_remote_code=bool(args.trust_remote_code), force_download=args.force)
+                          trust_remote_code=bool(args.trust_remote_code), force_download=args.force,
+                          build=args.build)
     print(path)
     return 0
 

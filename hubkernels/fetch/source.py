@@ -85,7 +85,7 @@ def install_from_source(state: RepoState, remote: Remote, ref_commit: str, resol
                         backend: str | None, build: bool | None, force: bool, asked: tuple[int | None, str]) -> Built:
     """The variant built here from `ref_commit`'s source (reusing an earlier build), or, when building was not
     asked for, a VariantNotFoundError with the trace and the one-line way to build."""
-    where = f"{state.repo_id}@{ref_commit[:7]}"
+    where = f"{state.repo_id}@{asked[1]}" + ("" if asked[1] == ref_commit else f" (commit {ref_commit[:7]})")
     build_call = _build_call(state.repo_id, *asked)
     if not build_wanted(build):
         raise VariantNotFoundError(
