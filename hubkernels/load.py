@@ -19,6 +19,7 @@ from types import ModuleType
 
 from . import digest as _digest
 from .errors import KernelLoadError, VariantNotFoundError
+from .kernel_deps import providing
 from .metadata import Metadata
 from .platform import System
 from .variants import Resolution, require, resolve
@@ -158,8 +159,6 @@ def import_variant(variant_dir: str | Path, *, verify: bool = False, system: Sys
             raise KernelLoadError(f"cannot import {init}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[metadata.id] = module
-        from .fetch.deps import providing
-
         try:
             with providing(deps or {}):
                 spec.loader.exec_module(module)

@@ -33,6 +33,10 @@ MIN_HUB_CLIENT = (2, 3)
 #: The Hub rejects commits with more operations than this; bigger uploads are split into several commits.
 MAX_OPERATIONS_PER_COMMIT = 1000
 
+#: Where the kernel's source goes on the version branch (see `source_files`; `hubkernels.fetch.source` builds it).
+SOURCE_DIR = "source"
+_HEADERS = {".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp"}
+
 #: License ids the Hub's card metadata knows, by lowercase SPDX id (others are written as `other`).
 _HUB_LICENSES = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "bsl-1.0", "gpl-2.0", "gpl-3.0", "lgpl-2.1",
                  "lgpl-3.0", "agpl-3.0", "mpl-2.0", "cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "unlicense", "isc"}
@@ -179,12 +183,37 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
 
 
+def source_files(config: BuildConfig) -> dict[str, Path]:
+    """{path relative to the kernel root: file} of what rebuilds the kernel elsewhere.
+
+    build.toml, every `src` file of every table, the headers in their directories and in `include` directories,
+    and the Python package (without bytecode and the generated `_ops.py`).
+    """
+    root = config.root
+    files: dict[str, Path] = {"build.toml": config.file}
+    named = [*(config.torch.src if config.torch else ()), *(config.tvm_ffi.src if config.tvm_ffi else ())]
+    includes = [*(config.torch.include if config.torch else ())]
+    for kernel in config.kernels.values():
+        named += kernel.src
+        includes += kernel.include
+    dirs = {(root / rel).parent for rel in named} | {root / rel for rel in includes}
+    for d in sorted(dirs):
+        if d.is_dir() and d.resolve().is_relative_to(root.resolve()):
+            walk = d.glob("*") if d.resolve() == root.resolve() else d.rglob("*")
+            files.update({p.relative_to(root).as_posix(): p for p in walk if p.is_file() and p.suffix in _HEADERS})
+    files.update({rel: root / rel for rel in named if (root / rel).is_file()})
+    pkg = config.package_dir
+    for p in sorted(pkg.rglob("*")) if pkg.is_dir() else []:
+        rel = p.relative_to(pkg)
+        if p.is_file() and "__pycache__" not in rel.parts and p.suffix != ".pyc" and rel.as_posix() != "_ops.py":
+            files[p.relative_to(root).as_posix()] = p
+    return dict(sorted(files.items()))
+
+
 def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:  # type: ignore[no-untyped-def]
     """Operations that make `source/` on `branch` exactly the kernel's source files (see fetch.source)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, RepoFile
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
-
-    from .fetch.source import SOURCE_DIR, source_files
 
     local = {f"{SOURCE_DIR}/{rel}": p for rel, p in source_files(config).items()}
     try:

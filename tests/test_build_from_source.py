@@ -24,12 +24,11 @@ import torch
 from hubkernels import cli
 from hubkernels.digest import hash_variant
 from hubkernels.errors import DigestError, VariantNotFoundError
-from hubkernels.fetch import UntrustedKernelError, get_kernel, install
+from hubkernels.fetch import KernelNotFoundError, UntrustedKernelError, get_kernel, install
 from hubkernels.fetch._local import RepoState
-from hubkernels.fetch.source import source_files
 from hubkernels.config import load_config
 from hubkernels.metadata import Metadata
-from hubkernels.publish import upload
+from hubkernels.publish import source_files, upload
 from test_fetch import _api_requests, run_python
 from test_publish import make_kernel, new_repo, remote_files
 
@@ -106,6 +105,16 @@ def test_build_obeys_the_trust_policy_before_downloading_anything(hub, tmp_path:
     assert not (RepoState(repo_id, tmp_path / "cache").repo_dir / "snapshots").exists()
     built = get_kernel(repo_id, version=1, cache_dir=tmp_path / "cache", build=True, trust_remote_code=["someone-else"])
     assert built.double(torch.ones(1)).tolist() == [2.0]
+
+
+def test_build_needs_the_source_and_offline_an_earlier_build(hub, tmp_path: Path, monkeypatch) -> None:
+    repo_id = new_repo()
+    upload(make_kernel(tmp_path / "k", backends=("cuda",)), repo_id=repo_id, source=False)
+    with pytest.raises(KernelNotFoundError, match=r"publishes no source \(no source/ directory\).*hubkernels upload"):
+        get_kernel(repo_id, version=1, cache_dir=tmp_path / "cache", build=True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(KernelNotFoundError, match="HF_HUB_OFFLINE=1 and .* was never built on this machine"):
+        get_kernel(repo_id, version=1, cache_dir=tmp_path / "cache", build=True)
 
 
 # -- a pure-Python kernel: fast ---------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Build from source when no published variant fits this machine.
 
 `hubkernels upload` publishes, next to `build/`, the kernel's source under `source/` on the same version branch:
-build.toml, every file its tables name, the headers beside them and the Python package (`source_files`).
+build.toml, every file its tables name, the headers beside them and the Python package
+(`hubkernels.publish.source_files`).
 HF `kernels` reads only `build/`, so it never sees it. `get_kernel(..., build=True)` (or HUBKERNELS_BUILD=auto),
 when nothing published fits, downloads `source/` of the very commit it resolved, checks every file against the
 Hub's listing, builds it with `hubkernels.build.build` and keeps the result in the cache:
@@ -25,18 +26,15 @@ from pathlib import Path
 
 from .. import digest as _digest
 from .. import settings
-from ..config import BuildConfig
 from ..errors import DigestError, VariantNotFoundError
 from ..metadata import Metadata
+from ..publish import SOURCE_DIR
 from ..variants import Resolution, resolve
 from ._hub import KernelNotFoundError, Remote, call
 from ._local import RepoState, TreeEntry
 
 logger = logging.getLogger("hubkernels.fetch")
 
-#: Where `hubkernels upload` puts the source on the version branch.
-SOURCE_DIR = "source"
-_HEADERS = {".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp"}
 
 
 @dataclass(frozen=True)
@@ -47,33 +45,6 @@ class Built:
     path: Path
     metadata_sha256: str
     warm: bool  # True when an earlier build was reused
-
-
-def source_files(config: BuildConfig) -> dict[str, Path]:
-    """{path relative to the kernel root: file} of what rebuilds the kernel elsewhere.
-
-    build.toml, every `src` file of every table, the headers in their directories and in `include` directories,
-    and the Python package (without bytecode and the generated `_ops.py`).
-    """
-    root = config.root
-    files: dict[str, Path] = {"build.toml": config.file}
-    named = [*(config.torch.src if config.torch else ()), *(config.tvm_ffi.src if config.tvm_ffi else ())]
-    includes = [*(config.torch.include if config.torch else ())]
-    for kernel in config.kernels.values():
-        named += kernel.src
-        includes += kernel.include
-    dirs = {(root / rel).parent for rel in named} | {root / rel for rel in includes}
-    for d in sorted(dirs):
-        if d.is_dir() and d.resolve().is_relative_to(root.resolve()):
-            walk = d.glob("*") if d.resolve() == root.resolve() else d.rglob("*")
-            files.update({p.relative_to(root).as_posix(): p for p in walk if p.is_file() and p.suffix in _HEADERS})
-    files.update({rel: root / rel for rel in named if (root / rel).is_file()})
-    pkg = config.package_dir
-    for p in sorted(pkg.rglob("*")) if pkg.is_dir() else []:
-        rel = p.relative_to(pkg)
-        if p.is_file() and "__pycache__" not in rel.parts and p.suffix != ".pyc" and rel.as_posix() != "_ops.py":
-            files[p.relative_to(root).as_posix()] = p
-    return dict(sorted(files.items()))
 
 
 def build_wanted(build: bool | None) -> bool:
@@ -102,7 +73,7 @@ def install_from_source(state: RepoState, remote: Remote, ref_commit: str, resol
                                   f"needs its source from the Hub. Run {build_call} online once.")
     from filelock import FileLock
 
-    builds.mkdir(parents=True, exist_ok=True)
+    builds.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(builds.parent / f"{ref_commit}.lock")):
         found = None if force else _existing(builds, backend)  # another process may have built it meanwhile
         if found is not None:
@@ -173,6 +144,7 @@ def _build(source: Path, builds: Path, backend: str | None) -> str:
         shutil.copytree(source, work)  # real files, not the cache's symlinks: the builder writes next to them
         result = build(work, backend=backend, out_dir=Path(tmp) / "out")
         target = builds / str(result.variant)
+        builds.mkdir(exist_ok=True)
         if target.exists():
             shutil.rmtree(target)  # force=True: replace the earlier build
         os.replace(result.path, target)
