@@ -138,6 +138,21 @@ def test_a_noarch_kernel_published_for_cuda_only_builds_for_cpu(hub, tmp_path: P
     assert out.stdout.strip() == "7" and _api_requests(hub) == []
 
 
+def test_a_dependency_with_no_fitting_variant_is_built_too(hub, tmp_path: Path) -> None:
+    from test_deps import PLACEHOLDER, _kernel
+
+    base = new_repo()
+    upload(make_kernel(tmp_path / "base", value=4, backends=("cuda",)), repo_id=base)  # tiny-act: cuda only
+    user = new_repo()
+    upload(_kernel("user", tmp_path / "user", {PLACEHOLDER: base,
+                                               "base.scale(x) + 1": "base.double(x) + base.VALUE"}), repo_id=user)
+    with pytest.raises(VariantNotFoundError, match=f"(?s)while installing kernel dependency {base}@v1: .*build=True on the dependent's"):
+        get_kernel(user, version=1, cache_dir=tmp_path / "cache")
+    kernel = get_kernel(user, version=1, cache_dir=tmp_path / "cache", build=True)
+    assert kernel.scale_shift(torch.ones(1)).tolist() == [6.0]  # 2 * 1 + 4, through the dependency built here
+    assert len(_builds(tmp_path / "cache", base)) == 1 and _builds(tmp_path / "cache", user) == []
+
+
 def test_cli_download_builds_with_build_and_otherwise_says_how(hub, tmp_path: Path, monkeypatch, capsys) -> None:
     repo_id = new_repo()
     upload(make_kernel(tmp_path / "k", backends=("cuda",)), repo_id=repo_id)

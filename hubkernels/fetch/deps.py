@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
-from ..errors import HubkernelsError
+from ..errors import HubkernelsError, VariantNotFoundError
 from ..kernel_deps import KernelDependencyError, get_kernel_dep, providing
 from ..metadata import Metadata
 
@@ -123,8 +123,10 @@ def _install_one(dep: Dependency, *, backend: str | None, trust_remote_code: Tru
                        backend=backend, trust_remote_code=trust_remote_code, force_download=force_download,
                        cache_dir=cache_dir, dependencies=False, build=build)
     except HubkernelsError as e:
+        also = " (build=True on the dependent's load builds its dependencies too.)" \
+            if isinstance(e, VariantNotFoundError) else ""
         raise type(e)(f"while installing kernel dependency {dep}{' (pinned ' + pinned[:7] + ')' if pinned else ''}: "
-                      f"{e}") from e
+                      f"{e}{also}") from e
 
 
 def locked_dependencies(repo_id: str, commit: str, variants: list[str] | Mapping[str, Any],
