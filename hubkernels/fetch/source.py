@@ -78,13 +78,26 @@ def install_from_source(state: RepoState, remote: Remote, ref_commit: str, resol
         found = None if force else _existing(builds, backend)  # another process may have built it meanwhile
         if found is not None:
             return found
+        if not force:
+            _refuse_unloadable(builds, backend, where)
         source = _download_source(state, remote, ref_commit)
         logger.warning("%s: no published variant fits this machine; building it from source (%s)", where, source)
         variant = _build(source, builds, backend)
     built = _existing(builds, backend, variant)
-    if built is None:  # pragma: no cover - the build just put it there
-        raise VariantNotFoundError(f"{where}: the build from source produced {variant}, which does not load here")
+    if built is None:
+        _refuse_unloadable(builds, backend, where)
+    assert built is not None
     return Built(built.variant, built.path, built.metadata_sha256, False)
+
+
+def _refuse_unloadable(builds: Path, backend: str | None, where: str) -> None:
+    """Raise if an earlier build exists that this machine does not load (say, a CPU-only kernel on a GPU host)."""
+    names = [p.name for p in builds.iterdir() if (p / "metadata.json").is_file()] if builds.is_dir() else []
+    if names:
+        raise VariantNotFoundError(
+            f"{where} was built here from source as {', '.join(sorted(names))}, which this machine does not load:\n"
+            f"{resolve(names, None, backend).describe()}\nThe source builds no other variant here; pass the backend "
+            "it was built for (for example backend='cpu') to load it.")
 
 
 def _build_call(repo_id: str, version: int | None, label: str) -> str:
