@@ -36,7 +36,6 @@ from ._local import RepoState, TreeEntry
 logger = logging.getLogger("hubkernels.fetch")
 
 
-
 @dataclass(frozen=True)
 class Built:
     """A variant built here from the published source, verified."""
@@ -85,8 +84,8 @@ def install_from_source(state: RepoState, remote: Remote, ref_commit: str, resol
         variant = _build(source, builds, backend)
     built = _existing(builds, backend, variant)
     if built is None:
-        _refuse_unloadable(builds, backend, where)
-    assert built is not None
+        _refuse_unloadable(builds, backend, where)  # raises: the build is there, but not for this machine
+        raise AssertionError("unreachable")
     return Built(built.variant, built.path, built.metadata_sha256, False)
 
 
