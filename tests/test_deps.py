@@ -156,6 +156,15 @@ def test_a_lock_pins_the_dependency_too(hub, tmp_path: Path) -> None:
     assert offline.stdout.strip() == "[4.0]"
 
 
+def test_a_dependency_pinned_by_commit_stays_there_in_both_loaders(hub, tmp_path: Path) -> None:
+    base, first = publish_base(tmp_path)
+    user = publish_user(tmp_path, base, extra={"version = 1 }": f'revision = "{first}" }}'})
+    publish_base(tmp_path, factor=5, repo_id=base)  # v1 moves on; the dependent asked for the first commit
+    for code, cache in ((_OURS_LOAD, "ours"), (_KERNELS_LOAD, "theirs")):
+        out = run_python(code.format(repo=user, x=X), tmp_path / cache)
+        assert out.stdout.split()[:2] == ["[4.0,", "7.0]"], code
+
+
 def test_a_local_build_gets_its_dependencies_from_the_hub(pair, tmp_path: Path) -> None:
     root = _kernel("user", tmp_path / "user", {PLACEHOLDER: pair.base})
     assert hubkernels.get_local_kernel(root).scale_shift(torch.ones(1)).tolist() == [4.0]
