@@ -17,6 +17,7 @@ _EXPORTS = {
     "resolve": "hubkernels.variants",
     "Variant": "hubkernels.platform",
     "get_kernel": "hubkernels.fetch",
+    "get_kernel_dep": "hubkernels.kernel_deps",
     "has_kernel": "hubkernels.fetch",
     "get_kernel_variants": "hubkernels.fetch",
     "install_kernel": "hubkernels.fetch",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .load import get_local_kernel, loaded_kernels
     from .platform import System, Variant
     from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
+    from .kernel_deps import get_kernel_dep
     from .integrations import from_pretrained, kernelize
     from .fetch.locked import load_locked
     from .layers import (CUDAProperties, Device, KernelizeFallback, LayerMatch, LayerRepository,

@@ -23,6 +23,7 @@ from types import CodeType, ModuleType
 
 from . import digest as _digest
 from .errors import KernelLoadError, VariantNotFoundError
+from .kernel_deps import providing
 from .metadata import Metadata
 from .platform import System
 from .variants import Resolution, archs_support, minver_reason, require, resolve
@@ -76,14 +77,21 @@ def resolve_local(path: str | Path, backend: str | None = None, system: System |
     return found[str(chosen)], resolution
 
 
-def get_local_kernel(repo_path: str | Path, backend: str | None = None, *, verify: bool = False) -> ModuleType:
+def get_local_kernel(repo_path: str | Path, backend: str | None = None, *, verify: bool = False,
+                     trust_remote_code: bool | list[str] = False) -> ModuleType:
     """Import the best variant of a locally built kernel (`hubkernels build` output or a variant dir).
 
-    `verify=True` checks every file against the digest in metadata.json before importing.
+    `verify=True` checks every file against the digest in metadata.json before importing. Its `kernel-depends`
+    come from the Hub (or LOCAL_KERNELS), under `trust_remote_code` as in `get_kernel`.
     """
     variant_dir, resolution = resolve_local(repo_path, backend)
     logger.info("loading %s from %s", resolution.chosen, variant_dir)
-    return import_variant(variant_dir, verify=verify)
+    deps = None
+    if Metadata.read(variant_dir).kernel_depends:
+        from .fetch.deps import local_dependencies
+
+        deps = local_dependencies(variant_dir, backend=backend, trust_remote_code=trust_remote_code)
+    return import_variant(variant_dir, verify=verify, deps=deps)
 
 
 def check_capability(metadata: Metadata, system: System) -> None:
@@ -131,12 +139,13 @@ class Verified:
 
 
 def import_variant(variant_dir: str | Path, *, verify: bool = False, system: System | None = None,
-                   verified: Verified | None = None) -> ModuleType:
+                   verified: Verified | None = None, deps: Mapping[str, ModuleType] | None = None) -> ModuleType:
     """Import one variant directory under its unique id (idempotent per id).
 
     `verify=True` checks every file against the digest first; a verified variant (that, or `verified=` from the
     Hub loader) runs only what was verified: its Python files are compiled from sources whose hash is checked
     as they are read, never from a `__pycache__` (which no digest covers), and no bytecode is written.
+    `deps` ({repo_id: module}) is what the kernel's `get_kernel_dep` calls return while it is imported.
     """
     variant_dir = Path(variant_dir).resolve()
     metadata = Metadata.read(variant_dir)
@@ -163,7 +172,8 @@ def import_variant(variant_dir: str | Path, *, verify: bool = False, system: Sys
         _check_library(variant_dir, metadata)
         if metadata.dirty:
             warnings.warn(f"{metadata.name} ({metadata.id}) was built from a dirty git tree", UserWarning, stacklevel=3)
-        module = _exec_package(metadata, variant_dir, init, verified)
+        with providing(deps or {}):
+            module = _exec_package(metadata, variant_dir, init, verified)
         _loaded[metadata.id] = LoadedKernel(variant_dir, metadata, module)
         return module
 

@@ -3,7 +3,8 @@
 Layout on the Hub (kernel-builder's): the variants go to branch `v<version>` under `build/<variant>/`; `main`
 holds the model card (README.md) generated from metadata.json and the package's `__all__`. Each upload
 replaces the files of the variants it uploads (deleting files they no longer have) and leaves every other
-variant on the branch alone. Every upload is also tagged `v<version>-<first 7 hex of the commit>`, an
+variant on the branch alone. The kernel's source (build.toml and the files it names) goes to `source/` on the
+same branch, so a machine no variant fits can build that commit (`get_kernel(..., build=True)`). Every upload is also tagged `v<version>-<first 7 hex of the commit>`, an
 immutable name for exactly what was published (uploading the same files again makes no commit and so
 reuses the tag).
 """
@@ -31,6 +32,10 @@ logger = logging.getLogger("hubkernels.publish")
 MIN_HUB_CLIENT = (2, 3)
 #: The Hub rejects commits with more operations than this; bigger uploads are split into several commits.
 MAX_OPERATIONS_PER_COMMIT = 1000
+
+#: Where the kernel's source goes on the version branch (see `source_files`; `hubkernels.fetch.source` builds it).
+SOURCE_DIR = "source"
+_HEADERS = {".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp"}
 
 #: License ids the Hub's card metadata knows, by lowercase SPDX id (others are written as `other`).
 _HUB_LICENSES = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "bsl-1.0", "gpl-2.0", "gpl-3.0", "lgpl-2.1",
@@ -91,8 +96,9 @@ def _batches(groups: list[list], limit: int = MAX_OPERATIONS_PER_COMMIT) -> list
 
 
 def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequence[str] | None = None,
-           private: bool = False, create_tag: bool = True) -> UploadResult:
-    """Upload the built variants of the kernel at `path` (default: all of build/) and the card; see the module doc.
+           private: bool = False, create_tag: bool = True, source: bool = True) -> UploadResult:
+    """Upload the built variants of the kernel at `path` (default: all of build/), its source (unless
+    `source=False`) and the card; see the module doc.
 
     `repo_id` defaults to `[general.hub] repo-id` of build.toml. Returns what was committed and tagged.
     """
@@ -124,6 +130,7 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
                                                      repo_type="kernel") if isinstance(f, RepoFile)]
     except (EntryNotFoundError, RevisionNotFoundError):
         remote = []
+    source_ops = _source_ops(api, repo_id, branch, config) if source else []
     groups: list[list] = []
     deleted: list[str] = []
     with tqdm(total=sum(len(_shipped_files(d)) for d in built.values()), desc=f"Hashing {len(built)} variant(s)",
@@ -138,6 +145,7 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
             ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
             deleted += stale
             groups.append(ops)
+    groups.append(source_ops)
     if new_branch:  # a fresh branch forked from main keeps no build of another version
         orphans = [r for r in remote if r.split("/")[1] not in built]
         groups.append([CommitOperationDelete(path_in_repo=r) for r in orphans])
@@ -173,6 +181,48 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     logger.info("%s: %s %s to %s (commit %s%s)", repo_id, "uploaded" if changed else "unchanged:",
                 ", ".join(built), branch, head[:7], f", tag {tag}" if tag else "")
     return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
+
+
+def source_files(config: BuildConfig) -> dict[str, Path]:
+    """{path relative to the kernel root: file} of what rebuilds the kernel elsewhere.
+
+    build.toml, every `src` file of every table, the headers in their directories and in `include` directories,
+    and the Python package (without bytecode and the generated `_ops.py`).
+    """
+    root = config.root
+    files: dict[str, Path] = {"build.toml": config.file}
+    named = [*(config.torch.src if config.torch else ()), *(config.tvm_ffi.src if config.tvm_ffi else ())]
+    includes = [*(config.torch.include if config.torch else ())]
+    for kernel in config.kernels.values():
+        named += kernel.src
+        includes += kernel.include
+    dirs = {(root / rel).parent for rel in named} | {root / rel for rel in includes}
+    for d in sorted(dirs):
+        if d.is_dir() and d.resolve().is_relative_to(root.resolve()):
+            walk = d.glob("*") if d.resolve() == root.resolve() else d.rglob("*")
+            files.update({p.relative_to(root).as_posix(): p for p in walk if p.is_file() and p.suffix in _HEADERS})
+    files.update({rel: root / rel for rel in named if (root / rel).is_file()})
+    pkg = config.package_dir
+    for p in sorted(pkg.rglob("*")) if pkg.is_dir() else []:
+        rel = p.relative_to(pkg)
+        if p.is_file() and "__pycache__" not in rel.parts and p.suffix != ".pyc" and rel.as_posix() != "_ops.py":
+            files[p.relative_to(root).as_posix()] = p
+    return dict(sorted(files.items()))
+
+
+def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:  # type: ignore[no-untyped-def]
+    """Operations that make `source/` on `branch` exactly the kernel's source files (see fetch.source)."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, RepoFile
+    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
+
+    local = {f"{SOURCE_DIR}/{rel}": p for rel, p in source_files(config).items()}
+    try:
+        remote = [f.path for f in api.list_repo_tree(repo_id, path_in_repo=SOURCE_DIR, recursive=True,
+                                                     revision=branch, repo_type="kernel") if isinstance(f, RepoFile)]
+    except (EntryNotFoundError, RevisionNotFoundError):
+        remote = []
+    return [CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)) for target, p in local.items()] + \
+        [CommitOperationDelete(path_in_repo=r) for r in remote if r not in local]
 
 
 def _built_variants(path: str | Path, wanted: Sequence[str] | None) -> dict[str, Path]:
@@ -290,12 +340,14 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--variant", action="append", dest="variants", help="upload only this variant (repeatable)")
     p.add_argument("--private", action="store_true", help="create the repo private")
     p.add_argument("--no-tag", dest="create_tag", action="store_false", help="do not tag the upload")
+    p.add_argument("--no-source", dest="source", action="store_false",
+                   help="do not publish the source under source/ (machines no variant fits cannot build it)")
     p.set_defaults(func=_cmd_upload)
 
 
 def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
     result = upload(args.path, repo_id=args.repo_id, variants=args.variants, private=args.private,
-                    create_tag=args.create_tag)
+                    create_tag=args.create_tag, source=args.source)
     state = "uploaded" if result.changed else "unchanged (already published)"
     print(f"{result.repo_id}@{result.branch}: {state} {', '.join(result.variants)}")
     print(f"  commit {result.commit}" + (f", tag {result.tag}" if result.tag else ""))

@@ -49,3 +49,8 @@ def version_freshness_s() -> float:
         return float(os.environ.get("HUBKERNELS_VERSION_TTL", "600"))
     except ValueError:
         return 600.0
+
+
+def build_from_source() -> bool:
+    """`HUBKERNELS_BUILD=auto`: when no published variant fits this machine, build the published source here."""
+    return os.environ.get("HUBKERNELS_BUILD", "").strip().lower() in {"auto", "1", "true", "yes", "on"}

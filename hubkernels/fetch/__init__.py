@@ -69,6 +69,7 @@ class Installed:
     resolution: Resolution
     warm: bool  # True when it was already verified (no download; each file re-hashed once per process)
     verified: Verified | None = None  # what the files were verified to be, so the import runs exactly that
+    deps: tuple[Installed, ...] = ()  # its kernel-depends, installed (see `deps`)
 
 
 # -- public API ----------------------------------------------------------------------------------------------
@@ -76,13 +77,15 @@ class Installed:
 
 def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
                trust_remote_code: TrustRemoteCode = False, lockfile: str | Path | None = None,
-               force_download: bool = False, cache_dir: str | Path | None = None) -> ModuleType:
+               force_download: bool = False, cache_dir: str | Path | None = None,
+               build: bool | None = None) -> ModuleType:
     """Download (if needed), verify and import the best variant of a Hub kernel for this machine.
 
     `version=N` takes branch `v<N>`; `revision=` a branch, tag or commit; neither takes the newest version (and logs
     which, so you can pin it). Version branches are looked up again after HUBKERNELS_VERSION_TTL seconds. Publishers the Hub flags as trusted load directly; others need
     `trust_remote_code=True`, a list of trusted organizations, or HUBKERNELS_TRUSTED_ORGS. `lockfile=` loads the
-    commit recorded by `hubkernels lock` and checks the variant against it.
+    commit recorded by `hubkernels lock` and checks the variant against it. The kernels it `kernel-depends` on
+    load first. `build=True` (or HUBKERNELS_BUILD=auto) builds the published source here when no variant fits.
     """
     if lockfile is not None:
         if version is not None or revision is not None:
@@ -96,21 +99,23 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
         from ..load import get_local_kernel
 
         logger.info("%s: loading the local build at %s (LOCAL_KERNELS)", repo_id, local)
-        return get_local_kernel(local, backend)
+        return get_local_kernel(local, backend, trust_remote_code=trust_remote_code)
     installed = install(repo_id, version=version, revision=revision, backend=backend,
-                        trust_remote_code=trust_remote_code, force_download=force_download, cache_dir=cache_dir)
+                        trust_remote_code=trust_remote_code, force_download=force_download, cache_dir=cache_dir,
+                        build=build)
     return import_installed(installed)
 
 
 def install_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None,
                    backend: str | None = None, trust_remote_code: TrustRemoteCode = False,
-                   force_download: bool = False, cache_dir: str | Path | None = None) -> Path:
+                   force_download: bool = False, cache_dir: str | Path | None = None,
+                   build: bool | None = None) -> Path:
     """Download and verify this machine's variant without importing it; returns its directory in the cache.
 
     The same trust rules as `get_kernel` apply, since the directory holds code meant to be imported.
     """
     return install(repo_id, version=version, revision=revision, backend=backend, trust_remote_code=trust_remote_code,
-                   force_download=force_download, cache_dir=cache_dir).path
+                   force_download=force_download, cache_dir=cache_dir, build=build).path
 
 
 def has_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
@@ -137,8 +142,12 @@ def kernel_versions(repo_id: str, *, cache_dir: str | Path | None = None) -> dic
 def install(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
             trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
             cache_dir: str | Path | None = None, locked: Mapping[str, str] | None = None,
-            max_age: float | None = None) -> Installed:
-    """Resolve, trust-check, choose, download and verify one variant. `locked`: {variant: metadata sha256}."""
+            max_age: float | None = None, pins: Mapping[str, str] | None = None, dependencies: bool = True,
+            build: bool | None = None) -> Installed:
+    """Resolve, trust-check, choose, download and verify one variant, then its kernel dependencies.
+
+    `locked`: {variant: metadata sha256}; `pins`: {repo_id: commit} for dependencies (both from a lock file).
+    """
     _check_repo_id(repo_id)
     offline = settings.offline()
     if force_download and offline:
@@ -160,16 +169,26 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
                     fresh.commit[:7])
         ref = fresh
     where = f"{repo_id}@{ref.label}" + ("" if ref.label == ref.commit else f" (commit {ref.commit[:7]})")
+    built = None
     try:
-        variant = str(require(resolution, where))
+        if resolution.chosen is None and locked is None:  # nothing published fits: build the source, if asked to
+            from .source import install_from_source
+
+            built = install_from_source(state, remote, ref.commit, resolution, backend=backend, build=build,
+                                        force=force_download, asked=(ref.version, ref.label))
+        variant = built.variant if built else str(require(resolution, where))
     except VariantNotFoundError:
         if ref.label != ref.commit:
             state.forget_refs()  # a resolution that led to no load is not kept: the next call lists again
         raise
-    held = None if force_download else state.receipt_holds(ref.commit, variant)
-    warm = held is not None
-    meta_sha, verified = held if held is not None else \
-        _download_and_verify(state, remote, ref, variant, tree, force_download)
+    verified = None
+    if built:
+        meta_sha, warm = built.metadata_sha256, built.warm
+    else:
+        held = None if force_download else state.receipt_holds(ref.commit, variant)
+        warm = held is not None
+        meta_sha, verified = held if held is not None else \
+            _download_and_verify(state, remote, ref, variant, tree, force_download)
     if locked is not None and locked.get(variant) != meta_sha:
         raise DigestError(
             f"{repo_id}@{ref.commit[:7]} variant {variant}: metadata.json (sha256 {meta_sha}) is not the one the "
@@ -180,15 +199,23 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         state.save_trust(approve=ref.commit)
     if ref.version is not None:
         state.write_hf_ref(f"v{ref.version}", ref.commit)
-    return Installed(repo_id, ref.commit, ref.version, variant, state.variant_dir(ref.commit, variant), meta_sha,
-                     resolution, warm, verified)
+    installed = Installed(repo_id, ref.commit, ref.version, variant,
+                          built.path if built else state.variant_dir(ref.commit, variant), meta_sha, resolution, warm,
+                          verified)
+    if not dependencies:
+        return installed
+    from .deps import install_dependencies
+
+    return install_dependencies(installed, backend=backend, trust_remote_code=trust_remote_code,
+                                force_download=force_download, cache_dir=cache_dir, pins=pins, build=build)
 
 
 def import_installed(installed: Installed) -> ModuleType:
-    """Import a verified variant under its unique id (checks GPU capability and Python dependencies first)."""
-    from ..load import import_variant
+    """Import a verified variant under its unique id, its kernel dependencies first (checks GPU capability and
+    Python dependencies first)."""
+    from .deps import import_with_dependencies
 
-    module = import_variant(installed.path, verify=installed.verified is None, verified=installed.verified)
+    module = import_with_dependencies(installed)
     logger.info("%s: loaded %s (%s, commit %s) from %s", installed.repo_id, installed.variant,
                 f"v{installed.version}" if installed.version is not None else "pinned revision",
                 installed.commit[:7], installed.path)
@@ -294,6 +321,8 @@ def _variant_names(state: RepoState, commit: str, tree: dict[str, TreeEntry] | N
     if tree is not None:
         return sorted({p.split("/")[1] for p in tree if p.count("/") >= 2})
     names = state.local_variants(commit)
+    if not names and (state.root / "builds" / commit).is_dir():
+        return []  # nothing downloaded, but built here from source (see `source`)
     if not names:
         raise KernelNotFoundError(
             f"HF_HUB_OFFLINE=1 and no variant of {state.repo_id}@{commit[:7]} is in the cache ({state.repo_dir}). "
@@ -414,6 +443,8 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--backend", help="choose the variant for this backend (cpu or the machine's)")
     p.add_argument("--trust-remote-code", action="store_true", help="load even if the publisher is not trusted")
     p.add_argument("--force", action="store_true", help="download again even if cached (repairs a damaged cache)")
+    p.add_argument("--build", action="store_true", default=None,
+                   help="if no published variant fits this machine, build the published source here")
     p.set_defaults(func=_cmd_download)
     p = subparsers.add_parser("info", help="show a Hub kernel's versions and how its variants resolve here")
     p.add_argument("kernel", help="org/name, org/name@v<N> or org/name@<revision>")
@@ -428,7 +459,8 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
 def _cmd_download(args) -> int:  # type: ignore[no-untyped-def]
     repo_id, version, revision = parse_spec(args.kernel)
     path = install_kernel(repo_id, version=version, revision=revision, backend=args.backend,
-                          trust_remote_code=bool(args.trust_remote_code), force_download=args.force)
+                          trust_remote_code=bool(args.trust_remote_code), force_download=args.force,
+                          build=args.build)
     print(path)
     return 0
 

@@ -90,8 +90,9 @@ def _install(repo_id: str, lockfile: str | Path, backend: str | None, trust_remo
         logger.info("%s: %s pins commit %s without variant digests (written by `kernels lock`?); loading that commit "
                     "with the Hub's listing as the reference", repo_id, lockfile, entry.commit[:7])
     locked = {n: v.metadata_sha256 for n, v in entry.variants.items()} if entry.variants else None
+    pins = {e.repo_id: e.commit for e in read_lock(lockfile).values()}  # a locked dependent pins its deps too
     return install(repo_id, revision=entry.commit, backend=backend, trust_remote_code=trust_remote_code,
-                   force_download=force_download, cache_dir=cache_dir, locked=locked)
+                   force_download=force_download, cache_dir=cache_dir, locked=locked, pins=pins)
 
 
 def _lock_tree(wanted: list[tuple[str, int | None, str | None]], cache_dir: str | Path | None) -> list[LockEntry]:
