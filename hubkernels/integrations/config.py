@@ -22,10 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from ..layers import LayerMatch, LayerRepository, Mode, kernelize as _kernelize_layers, use_kernel_mapping
-from ..layers.device import DEVICE_TYPES
-from ..layers.globals import current_mapping, layer_name_of, use_layer_names
-from ..layers.kernelize import KernelizeFallback, device_type_for, load_layer, validate_layer
+from ..layers import (
+    DEVICE_TYPES,
+    KernelizeFallback,
+    LayerMatch,
+    LayerRepository,
+    Mode,
+    current_mapping,
+    device_type_for,
+    kernelize as _kernelize_layers,
+    layer_name_of,
+    load_layer,
+    use_kernel_mapping,
+    use_layer_names,
+    validate_layer,
+)
 from . import transformers as _transformers
 
 if TYPE_CHECKING:
