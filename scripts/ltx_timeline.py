@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "benchmarks")]
 import hubkernels  # noqa: E402
 from hubkernels.integrations import diffusers as hd  # noqa: E402
-from hubkernels.integrations.ltx_bench import build_ltx, ltx_inputs  # noqa: E402
+from ltx_forward import build_ltx, ltx_inputs  # noqa: E402
 from hubkernels.layers import Mode  # noqa: E402
 from ltx_e2e import LTX_2B  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Integrations: Diffusers (LTX-Video), Transformers, and the config.json opt-in for model authors.
+"""Integrations: Diffusers (layers a kernel declares for diffusers models), Transformers, and the config.json opt-in
 
 `kernelize(model)` is `hubkernels.layers.kernelize` plus two things models need in practice: the
 kernels a model's author declared in its config (`"hub_kernels"`, see docs/config-opt-in.md) and the
