@@ -52,6 +52,7 @@ class Report:
     shape: list[int]
     copy_gbps: float
     rows: list[Row] = field(default_factory=list)
+    shape_names: list[str] = field(default_factory=list)
 
 
 class Benchmark:
@@ -155,7 +156,8 @@ def run(kernel: Any, benchmarks: Sequence[type[Benchmark]], *, device: str = "cu
     warm_up_device(dev)
     copy_gbps = copy_bandwidth(dev, 1 << 30 if dev.type == "cuda" else 1 << 27, warmup, iters)
     report = Report(device=_device_name(dev), torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
-                    shape=[sizes[k] for k in first.report_shape], copy_gbps=round(copy_gbps, 1))
+                    shape=[sizes[k] for k in first.report_shape], copy_gbps=round(copy_gbps, 1),
+                    shape_names=list(first.report_shape))
     for op in selected:
         bench = instances[owners[op]]
         # Each op's inputs are made just before it is timed and freed after it, so every op starts from the same
@@ -180,7 +182,7 @@ def run(kernel: Any, benchmarks: Sequence[type[Benchmark]], *, device: str = "cu
 
 
 def format_report(report: Report) -> str:
-    lines = [f"# {report.device}, torch {report.torch}, {report.dtype}, shape {report.shape}, "
+    lines = [f"# {report.device}, torch {report.torch}, {report.dtype}, [{','.join(report.shape_names)}]={report.shape}, "
              f"copy bandwidth {report.copy_gbps:.0f} GB/s (read+write)",
              f"{'op':22} {'impl':14} {'median us':>10} {'% copy BW':>10} {'vs ours':>8} {'rel err':>9}"]
     ours = {r.op: r.median_us for r in report.rows if r.impl == "ours"}
