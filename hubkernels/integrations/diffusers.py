@@ -25,13 +25,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from .. import layers as _layers
 from ..layers import (
     KernelizeFallback,
     LayerMatch,
     Mode,
     check_kernelize_mode,
     device_type_of,
-    kernelize as kernelize_layers,
     kernelized_forward,
     kernelized_layers,
     layer_from_kernel,
@@ -87,7 +87,7 @@ def kernelize_diffusers(obj: Any, *, repo_id: Optional[str] = None, version: Opt
                     and _custom_processors(model, entries[served], _layer(module, served))):
                 model_unmapped.add(kind)  # its output would reach processors that cannot read it
         with use_kernel_mapping(kernel_mapping(module, device_type, model_unmapped)):
-            kernelize_layers(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
+            _layers.kernelize(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
         counts = Counter(layer.__name__ for layer in kernelized_layers(model).values())
         for kind, entry in entries.items():
             if "link" in entry:

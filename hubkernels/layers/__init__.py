@@ -14,7 +14,7 @@ from .globals import (
     use_kernel_mapping,
     use_layer_names,
 )
-from .kernelize import (
+from .swap import (
     KernelizeFallback,
     device_type_for,
     kernelize,
