@@ -182,7 +182,8 @@ def run(kernel: Any, benchmarks: Sequence[type[Benchmark]], *, device: str = "cu
 
 
 def format_report(report: Report) -> str:
-    lines = [f"# {report.device}, torch {report.torch}, {report.dtype}, [{','.join(report.shape_names)}]={report.shape}, "
+    names = ",".join(report.shape_names)
+    lines = [f"# {report.device}, torch {report.torch}, {report.dtype}, [{names}]={report.shape}, "
              f"copy bandwidth {report.copy_gbps:.0f} GB/s (read+write)",
              f"{'op':22} {'impl':14} {'median us':>10} {'% copy BW':>10} {'vs ours':>8} {'rel err':>9}"]
     ours = {r.op: r.median_us for r in report.rows if r.impl == "ours"}

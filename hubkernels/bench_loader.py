@@ -3,11 +3,11 @@
     python -m hubkernels.bench_loader [PATH] [--runs 7] [--output .bench/loader.json]
 
 Starts the local Hub in a temporary directory, builds the kernel at PATH (default: the current directory) for
-this machine, publishes it as `hubkernels/<name>`, then loads it in new Python processes with each loader. Each process imports
-torch first and times `get_kernel(repo, version=1)` from there (importing the loader included), so the numbers
-are "time over the torch import". Requests are read from the Hub's own log; huggingface_hub's once-a-day
-telemetry registry (`/api/agent-harnesses`) is reported apart. Cold: an empty cache per process. Warm: the cache
-filled by a cold run. "again" is a second `get_kernel` call in the same process.
+this machine, publishes it as `hubkernels/<name>`, then loads it in new Python processes with each loader.
+Each process imports torch first and times `get_kernel(repo, version=1)` from there (importing the loader
+included), so the numbers are "time over the torch import". Requests are read from the Hub's own log;
+huggingface_hub's once-a-day telemetry registry (`/api/agent-harnesses`) is reported apart. Cold: an empty
+cache per process. Warm: the cache filled by a cold run. "again" is a second `get_kernel` call in the same process.
 """
 
 from __future__ import annotations
