@@ -15,7 +15,7 @@ _EXPORTS = {
     "loaded_kernels": "hubkernels.load",
     "system_variants": "hubkernels.variants",
     "resolve": "hubkernels.variants",
-    "Variant": "hubkernels.platform",
+    "Variant": "hubkernels.system",
     "get_kernel": "hubkernels.fetch",
     "has_kernel": "hubkernels.fetch",
     "get_kernel_variants": "hubkernels.fetch",
@@ -27,7 +27,7 @@ _EXPORTS = {
         "Mode", "Device", "CUDAProperties", "ROCMProperties", "LayerRepository", "LocalLayerRepository",
         "LockedLayerRepository", "LayerMatch", "KernelizeFallback", "register_kernel_mapping", "use_kernel_mapping",
         "use_kernel_forward_from_hub", "replace_kernel_forward_from_hub", "kernelized_layers")},
-    "System": "hubkernels.platform",
+    "System": "hubkernels.system",
 }
 
 _ALIASES = {"build_kernel": "build"}
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .build import build as build_kernel
     from .config import ConfigError, load_config
     from .load import get_local_kernel, loaded_kernels
-    from .platform import System, Variant
+    from .system import System, Variant
     from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
     from .integrations import from_pretrained, kernelize
     from .lock import load_locked

@@ -26,7 +26,7 @@ from .digest import hash_variant
 from .errors import BuildError
 from .layout import ships
 from .metadata import Metadata
-from .platform import System, Variant
+from .system import System, Variant
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}

@@ -20,7 +20,7 @@ from . import digest as _digest
 from .errors import KernelLoadError
 from .layout import variant_dirs  # noqa: F401  (re-exported: where a local kernel's variants live)
 from .metadata import Metadata
-from .platform import System
+from .system import System
 from .variants import Resolution, require, resolve
 
 logger = logging.getLogger(__name__)

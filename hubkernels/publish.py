@@ -23,7 +23,7 @@ from .digest import violations
 from .errors import HubkernelsError, UsageError
 from .layout import shipped_files, variant_dirs
 from .metadata import Metadata
-from .platform import Variant
+from .system import Variant
 
 logger = logging.getLogger("hubkernels.publish")
 

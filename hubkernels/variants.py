@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .errors import UsageError, VariantNotFoundError
-from .platform import Variant, System
+from .system import Variant, System
 
 #: Oldest torch minor for which stable-ABI variants exist (torch 2.9).
 _STABLE_ABI_FIRST_MINOR = 9

@@ -15,7 +15,7 @@ from pathlib import Path
 from ._version import __version__
 from .layout import shipped_files
 from .metadata import Metadata
-from .platform import Variant
+from .system import Variant
 
 
 def _record_hash(data: bytes) -> str:

@@ -12,7 +12,7 @@ import hubkernels
 from hubkernels.errors import KernelLoadError, VariantNotFoundError
 from hubkernels.load import _arch_runs_on, check_capability, import_variant
 from hubkernels.metadata import Metadata
-from hubkernels.platform import System
+from hubkernels.system import System
 
 
 def _pure_variant(root: Path, name: str, *, python_depends: list[str] | None = None, body: str = "X = 1\n") -> Path:

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..errors import HubkernelsError
     from ..layout import variant_dirs
-    from ..platform import System
+    from ..system import System
     from ..variants import resolve, system_variants
 
     load_config(args.path)  # validates build.toml: errors exit 2 naming file, table and key
