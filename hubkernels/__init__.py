@@ -28,6 +28,18 @@ _EXPORTS = {
         "LockedLayerRepository", "LayerMatch", "KernelizeFallback", "register_kernel_mapping", "use_kernel_mapping",
         "use_kernel_forward_from_hub", "replace_kernel_forward_from_hub", "kernelized_layers")},
     "System": "hubkernels.system",
+    # Every error class (the rule is in hubkernels/errors.py).
+    **{name: "hubkernels.errors" for name in (
+        "HubkernelsError", "BuildError", "VariantNotFoundError", "DigestError", "KernelLoadError", "UsageError")},
+    "PublishError": "hubkernels.publish",
+    "LockFileError": "hubkernels.lock",
+    "KernelNotFoundError": "hubkernels.fetch",
+    "UntrustedKernelError": "hubkernels.fetch",
+    "DownloadError": "hubkernels.fetch",
+    "LayerNotFoundError": "hubkernels.layers",
+    "ConfigEntryError": "hubkernels.integrations.config",
+    "SkillInstallError": "hubkernels.skill_cli",
+    "HubError": "hubkernels.server.storage",
 }
 
 _ALIASES = {"build_kernel": "build"}

@@ -120,3 +120,27 @@ def test_the_architecture_stage_table_is_the_real_imports():
     package = {p.stem if p.is_file() else p.name for p in (ROOT / "hubkernels").iterdir()
                if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__init__.py"}
     assert package <= listed, package - listed
+
+
+def test_every_error_class_is_a_hubkernels_error_reachable_from_the_package():
+    """One rule (hubkernels/errors.py): each error class derives from HubkernelsError, so the CLI turns it into exit
+    status 2, and `hubkernels.<Name>` reaches it wherever it is defined."""
+    import importlib
+    import pkgutil
+
+    import hubkernels
+    from hubkernels.errors import HubkernelsError
+
+    found = {}
+    for info in pkgutil.walk_packages(hubkernels.__path__, "hubkernels."):
+        if info.name.endswith("__main__") or ".skill." in info.name:
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == info.name
+                    and not name.startswith("_")):  # private ones steer control flow inside a module
+                found[name] = value
+    assert len(found) >= 16, sorted(found)
+    for name, cls in found.items():
+        assert issubclass(cls, HubkernelsError), name
+        assert getattr(hubkernels, name) is cls, name

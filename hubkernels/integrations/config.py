@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from .. import layers as _layers
+from ..errors import HubkernelsError
 from ..layers import (
     DEVICE_TYPES,
     KernelizeFallback,
@@ -50,7 +51,7 @@ CONFIG_KEYS = ("hub_kernels", "_hub_kernels")
 _FIELDS = {"repo_id", "layer", "version", "revision", "devices"}
 
 
-class ConfigEntryError(ValueError):
+class ConfigEntryError(HubkernelsError, ValueError):
     """A `hub_kernels` entry is malformed (raised by `declare_hub_kernels`; `kernelize` only warns)."""
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, Union, runtime_checkable
 
+from ..errors import HubkernelsError
 from .mode import MODE_PRIORITY, Mode
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ class RepositoryProtocol(Protocol):
     def load(self) -> "type[nn.Module]": ...
 
 
-class LayerNotFoundError(LookupError):
+class LayerNotFoundError(HubkernelsError, LookupError):
     """The kernel loaded, but it has no `layers.<name>`."""
 
 

@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Literal
 
+from ..errors import HubkernelsError
+
 REPO_TYPES = ("model", "dataset", "space", "kernel")
 """Repository types the server accepts (the Hub's plural forms name them in URLs: ``models``, ``kernels`` ...)."""
 
@@ -53,7 +55,7 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$")
 
 
-class HubError(Exception):
+class HubError(HubkernelsError):
     """An error the server answers with: HTTP status, message and, when typed, the Hub's ``X-Error-Code``."""
 
     def __init__(self, status: int, message: str, code: str | None = None, *, headers: dict[str, str] | None = None):
