@@ -15,7 +15,7 @@ import torch
 import ltx_reference as ref
 from hubkernels.fetch import get_kernel
 from hubkernels.publish import upload
-from test_fetch import _api_requests, run_python
+from helpers import api_requests as _api_requests, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 

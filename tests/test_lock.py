@@ -15,8 +15,7 @@ from hubkernels.fetch import get_kernel
 from hubkernels.lock import LockFileError, install_locked, load_locked, lock, read_lock
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
-from test_fetch import run_python
-from test_publish import make_kernel, new_repo
+from helpers import make_kernel, new_repo, run_python
 
 
 @pytest.fixture(scope="module")
