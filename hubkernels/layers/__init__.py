@@ -5,7 +5,7 @@ with `LayerMatch`), map names to repositories per device and mode (`register_ker
 `use_kernel_mapping`), then `kernelize(model, mode=Mode.INFERENCE)`.
 """
 
-from .device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties, device_type_of
+from .device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties, device_type_for, device_type_of, module_device
 from .globals import (
     LayerMatch,
     current_mapping,
@@ -16,13 +16,11 @@ from .globals import (
 )
 from .swap import (
     KernelizeFallback,
-    device_type_for,
     kernelize,
     kernelized_forward,
     kernelized_layers,
     load_layer,
     mode_conflict,
-    module_device,
     replace_kernel_forward_from_hub,
     restore_forward,
     use_kernel_forward_from_hub,

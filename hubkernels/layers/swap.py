@@ -11,7 +11,6 @@ again with another mode and a layer that cannot serve it gets its original forwa
 from __future__ import annotations
 
 import inspect
-import itertools
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from types import MethodType
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import settings
-from .device import DEVICE_TYPES, capability_of, device_type_of
+from .device import _device_type, _model_device, capability_of, module_device
 from .globals import Key, LayerMatch, Table, current_mapping, layer_name_of
 from .mode import Mode, check_kernelize_mode
 from .repos import RepositoryProtocol, select_repository
@@ -365,52 +364,3 @@ def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, mo
         return keep(KernelizeFallback.NO_COMPATIBLE_MODE, f"{repo} cannot serve {mode}: {conflict}")
     logger.debug("%s: %s from %s (registered for %s)", d.path, d.label, repo, repo_mode)
     d.layer = layer
-
-
-def module_device(module: "nn.Module") -> Optional["torch.device"]:
-    """Where a module computes: its accelerate hook's execution device, else its first non-meta
-    parameter or buffer; None if it has neither."""
-    hook = module.__dict__.get("_hf_hook")
-    execution = getattr(hook, "execution_device", None)
-    if execution is not None:
-        import torch
-
-        return torch.device(execution) if not isinstance(execution, int) else torch.device("cuda", execution)
-    for tensor in itertools.chain(module.parameters(), module.buffers()):
-        if tensor.device.type != "meta":
-            return tensor.device
-    return None
-
-
-def _model_device(model: "nn.Module", device: Union[str, "torch.device", None]) -> Optional["torch.device"]:
-    import torch
-
-    if isinstance(device, torch.device):
-        return device
-    if isinstance(device, str):
-        if device.split(":")[0] == "rocm":
-            return torch.device(device.replace("rocm", "cuda", 1))
-        try:
-            return torch.device(device)
-        except RuntimeError:
-            return None
-    return module_device(model)
-
-
-def device_type_for(model: "nn.Module", device: Union[str, "torch.device", None] = None) -> str:
-    """The mapping device type kernelize uses for `model` (explicit `device`, else where the model computes)."""
-    return _device_type(_model_device(model, device), device)
-
-
-def _device_type(model_device: Optional["torch.device"], device: Union[str, "torch.device", None]) -> str:
-    if isinstance(device, str):
-        base = device.split(":")[0]
-        if base not in DEVICE_TYPES:
-            raise ValueError(f"Unsupported device type {device!r}; use one of {', '.join(DEVICE_TYPES)}.")
-        return base
-    if model_device is None:
-        raise ValueError("Cannot tell which device the model runs on (it has no parameters or buffers); "
-                         "pass device='cuda' (or 'cpu', ...) to kernelize.")
-    if device is not None:
-        return model_device.type  # an explicit torch.device is taken as given (HF `kernels`' rule)
-    return device_type_of(model_device)
