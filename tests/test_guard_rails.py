@@ -147,9 +147,9 @@ def test_every_error_class_is_a_hubkernels_error_reachable_from_the_package():
 
 
 def test_tests_share_helpers_through_modules_not_through_each_other():
-    """A test module importing another drags in its fixtures and tests; shared code lives in tests/helpers.py
-    (and the ltx_* and hubfixture modules)."""
+    """A test module importing another (or a conftest, whose name several directories share) drags in its
+    fixtures and tests; shared code lives in tests/helpers.py (and the ltx_* and hubfixture modules)."""
     offenders = [f"{path.name}: {line.strip()}" for path in sorted((ROOT / "tests").glob("*.py"))
                  for line in path.read_text().splitlines()
-                 if re.match(r"\s*(from|import)\s+test_\w+", line)]
+                 if re.match(r"\s*(from|import)\s+(test_\w+|conftest)\b", line)]
     assert offenders == []
