@@ -15,7 +15,7 @@ _EXPORTS = {
     "loaded_kernels": "hubkernels.load",
     "system_variants": "hubkernels.variants",
     "resolve": "hubkernels.variants",
-    "Variant": "hubkernels.platform",
+    "Variant": "hubkernels.system",
     "get_kernel": "hubkernels.fetch",
     "get_kernel_dep": "hubkernels.kernel_deps",
     "has_kernel": "hubkernels.fetch",
@@ -28,7 +28,24 @@ _EXPORTS = {
         "Mode", "Device", "CUDAProperties", "ROCMProperties", "LayerRepository", "LocalLayerRepository",
         "LockedLayerRepository", "LayerMatch", "KernelizeFallback", "register_kernel_mapping", "use_kernel_mapping",
         "use_kernel_forward_from_hub", "replace_kernel_forward_from_hub", "kernelized_layers")},
-    "System": "hubkernels.platform",
+    "System": "hubkernels.system",
+    # Every error class (the rule is in hubkernels/errors.py).
+    **{name: "hubkernels.errors" for name in (
+        "HubkernelsError", "BuildError", "VariantNotFoundError", "DigestError", "KernelLoadError", "UsageError",
+        "MetadataError")},
+    "KernelDependencyError": "hubkernels.kernel_deps",
+    "TokenError": "hubkernels.server.auth",
+    "ServeError": "hubkernels.server.background",
+    "XetFormatError": "hubkernels.server.xet_format",
+    "PublishError": "hubkernels.publish",
+    "LockFileError": "hubkernels.lock",
+    "KernelNotFoundError": "hubkernels.fetch",
+    "UntrustedKernelError": "hubkernels.fetch",
+    "DownloadError": "hubkernels.fetch",
+    "LayerNotFoundError": "hubkernels.layers",
+    "ConfigEntryError": "hubkernels.integrations.config",
+    "SkillInstallError": "hubkernels.skill_cli",
+    "HubError": "hubkernels.server.model",
 }
 
 _ALIASES = {"build_kernel": "build"}
@@ -51,7 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .build import build as build_kernel
     from .config import ConfigError, load_config
     from .load import get_local_kernel, loaded_kernels
-    from .platform import System, Variant
+    from .system import System, Variant
     from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
     from .kernel_deps import get_kernel_dep
     from .integrations import from_pretrained, kernelize

@@ -22,6 +22,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 from hubkernels.errors import HubkernelsError
+from hubkernels.system import BACKENDS as _VARIANT_BACKENDS
 
 __all__ = [
     "BACKENDS",
@@ -46,8 +47,8 @@ __all__ = [
 EDITION = 5
 """The only `general.edition` this module reads."""
 
-BACKENDS: tuple[str, ...] = ("cann", "cpu", "cuda", "metal", "neuron", "rocm", "tpu", "xpu")
-"""Values allowed in `general.backends`."""
+BACKENDS: tuple[str, ...] = tuple(sorted(set(_VARIANT_BACKENDS) - {"npu", "universal"}))
+"""Values allowed in `general.backends`: the backends of `hubkernels.system.BACKENDS` that a build.toml names."""
 
 KERNEL_BACKENDS: tuple[str, ...] = ("cpu", "cuda", "metal", "rocm", "xpu")
 """Values allowed in `[kernel.<name>] backend` (the other backends are built noarch only)."""

@@ -61,10 +61,10 @@ def _warm_load_in_new_process(env: dict[str, str]) -> tuple[float, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return _run(args)
+    return run(args)
 
 
-def _run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="hubkernels-demo-"))
     if "huggingface_hub" in sys.modules:
         # huggingface_hub reads HF_ENDPOINT once, at import: run the demo in a process that sees the embedded Hub.
@@ -137,7 +137,8 @@ def _check_ltx(kernel: Any, steps: _Steps) -> tuple[dict[str, int], str]:
     import torch
 
     from .integrations import diffusers as hd
-    from .integrations.ltx_bench import build_ltx, ltx_inputs
+
+    build_ltx, ltx_inputs = _ltx_forward().build_ltx, _ltx_forward().ltx_inputs
 
     details = []
     replaced: dict[str, int] = {}
@@ -162,7 +163,7 @@ def _check_ltx(kernel: Any, steps: _Steps) -> tuple[dict[str, int], str]:
 def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, str]:
     import torch
 
-    from .integrations.ltx_bench import format_results, time_ltx_forward
+    format_results, time_ltx_forward = _ltx_forward().format_results, _ltx_forward().time_ltx_forward
 
     modes = ["eager", "eager+kernels"] + (["compile", "compile+kernels"] if args.compile else [])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -174,24 +175,25 @@ def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, 
                                    f"{m['eager+kernels']['median_ms']:.1f} ms ({speed:.2f}x)"
 
 
+def _ltx_forward() -> Any:
+    """This checkout's benchmarks/ltx_forward.py: the LTX-Video model, its inputs and the forward timing."""
+    from .bench import load_script
+
+    return load_script(ROOT / "benchmarks" / "ltx_forward.py", "ltx_forward")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hubkernels demo", description=__doc__.splitlines()[0])
-    _add_args(p)
+    add_arguments(p)
     return p
 
 
-def _add_args(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", help="where the Hub and the cache live (default: a new temp dir)")
     p.add_argument("--compile", action="store_true", help="also time torch.compile with and without the kernels")
     p.add_argument("--iters", type=int, default=5, help="timed forwards per mode")
     p.add_argument("--json", help="write the results here")
     p.add_argument("-v", "--verbose", action="store_true", help="show the compiler's commands")
-
-
-def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("demo", help="build, publish, get_kernel and kernelize LTX-Video end to end, with timings")
-    _add_args(p)
-    p.set_defaults(func=_run)
 
 
 if __name__ == "__main__":

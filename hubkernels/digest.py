@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from .errors import DigestError
+from .layout import shipped_files
 
 #: Top-level files the digest never covers (the metadata carries the digest itself).
 EXCLUDED_TOP_LEVEL = frozenset({"metadata.json", "metadata.json.sigstore"})
@@ -22,26 +23,10 @@ _memo: dict[tuple[str, str], tuple[tuple[int, ...], str]] = {}
 _memo_lock = threading.Lock()
 
 
+
 def files(variant_dir: str | Path) -> list[tuple[str, Path]]:
     """(posix relative path, path) of every file the digest covers, sorted: no bytecode, no metadata.json."""
-    root = Path(variant_dir)
-    out = []
-    stack = [root]
-    while stack:
-        d = stack.pop()
-        with os.scandir(d) as it:
-            for entry in it:
-                if entry.name == "__pycache__" or entry.name.endswith(".pyc"):
-                    continue
-                if entry.is_dir():
-                    stack.append(Path(entry.path))
-                    continue
-                rel = Path(entry.path).relative_to(root).as_posix()
-                if d == root and entry.name in EXCLUDED_TOP_LEVEL:
-                    continue
-                if entry.is_file():
-                    out.append((rel, Path(entry.path)))
-    return sorted(out)
+    return sorted((rel, p) for rel, p in shipped_files(variant_dir) if rel not in EXCLUDED_TOP_LEVEL)
 
 
 def _stat_key(st: os.stat_result) -> tuple[int, ...]:

@@ -1,4 +1,12 @@
-"""The typed errors hubkernels raises. Each message says what went wrong and what to do about it."""
+"""The typed errors hubkernels raises. Each message says what went wrong and what to do about it.
+
+The rule: every error class derives from `HubkernelsError` (the CLI turns any of them into exit status 2 and
+one line). The errors that several stages raise live here; an error only one stage raises lives in that stage's
+module, next to the code that raises it, and the package face re-exports every one of them (`hubkernels.<Name>`):
+`ConfigError` (config), `PublishError` (publish), `LockFileError` (lock), `KernelNotFoundError`,
+`UntrustedKernelError`, `DownloadError` (fetch), `LayerNotFoundError` (layers), `ConfigEntryError`
+(integrations.config), `SkillInstallError` (skill_cli) and `HubError` (server: the Hub's HTTP error answers).
+"""
 
 from __future__ import annotations
 

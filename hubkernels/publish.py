@@ -1,12 +1,12 @@
 """Publish built variants to a Hub kernel repo: `hubkernels upload [PATH] --repo-id ORG/NAME`.
 
-Layout on the Hub (kernel-builder's): the variants go to branch `v<version>` under `build/<variant>/`; `main`
-holds the model card (README.md) generated from metadata.json and the package's `__all__`. Each upload
-replaces the files of the variants it uploads (deleting files they no longer have) and leaves every other
-variant on the branch alone. The kernel's source (build.toml and the files it names) goes to `source/` on the
-same branch, so a machine no variant fits can build that commit (`get_kernel(..., build=True)`). Every upload is also tagged `v<version>-<first 7 hex of the commit>`, an
-immutable name for exactly what was published (uploading the same files again makes no commit and so
-reuses the tag).
+Layout on the Hub (kernel-builder's): the variants go to branch `v<version>` under `build/<variant>/`; `main` holds
+the model card (README.md) generated from metadata.json and the package's `__all__`. Each upload replaces the files
+of the variants it uploads (deleting files they no longer have) and leaves every other variant on the branch alone.
+The kernel's source (build.toml and the files it names) goes to `source/` on the same branch, so a machine no
+variant fits can build that commit (`get_kernel(..., build=True)`). Every upload is also tagged `v<version>-<first
+7 hex of the commit>`, an immutable name for exactly what was published (uploading the same files again makes no
+commit and so reuses the tag).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 from .config import BuildConfig, load_config
 from .digest import violations
 from .errors import HubkernelsError, UsageError
-from .load import variant_dirs
+from .layout import shipped_files, variant_dirs
 from .metadata import Metadata
-from .platform import Variant
+from .system import Variant
 
 logger = logging.getLogger("hubkernels.publish")
 
@@ -73,8 +73,7 @@ def check_client() -> None:
 
 
 def _shipped_files(variant_dir: Path) -> list[Path]:
-    return sorted(p for p in variant_dir.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.relative_to(variant_dir).parts and p.suffix != ".pyc")
+    return [p for _, p in shipped_files(variant_dir)]
 
 
 def _batches(groups: list[list], limit: int = MAX_OPERATIONS_PER_COMMIT) -> list[list]:
@@ -106,7 +105,7 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RevisionNotFoundError
     from huggingface_hub.utils import tqdm
 
-    from .fetch._hub import api as make_api
+    from .hub import api as make_api
 
     check_client()
     config = load_config(path, validate_files=False)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .errors import UsageError, VariantNotFoundError
-from .platform import System, Variant
+from .system import System, Variant
 
 #: The HF `kernels` release whose resolution, capability and `kernels-minver` rules this module follows.
 KERNELS_COMPAT = (0, 17, 2)

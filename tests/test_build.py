@@ -19,7 +19,7 @@ from hubkernels.digest import hash_variant, verify_variant, violations
 from hubkernels.errors import BuildError, DigestError
 from hubkernels.load import import_variant
 from hubkernels.metadata import Metadata
-from hubkernels.platform import System
+from hubkernels.system import System
 
 MINI = Path(__file__).parent / "fixtures" / "mini"
 

@@ -30,8 +30,9 @@ from hubkernels.fetch._local import RepoState
 from hubkernels.config import load_config
 from hubkernels.metadata import Metadata
 from hubkernels.publish import source_files, upload
-from test_fetch import _api_requests, run_python
-from test_publish import make_kernel, new_repo, remote_files
+from helpers import api_requests as _api_requests
+from helpers import run_python
+from helpers import make_kernel, new_repo, remote_files
 
 ROOT = Path(__file__).resolve().parent.parent
 MINI = Path(__file__).resolve().parent / "fixtures" / "mini"
@@ -159,7 +160,8 @@ def test_a_noarch_kernel_published_for_cuda_only_builds_for_cpu(hub, tmp_path: P
 
 
 def test_a_dependency_with_no_fitting_variant_is_built_too(hub, tmp_path: Path) -> None:
-    from test_deps import PLACEHOLDER, _kernel
+    from helpers import DEP_PLACEHOLDER as PLACEHOLDER
+    from helpers import deps_kernel as _kernel
 
     base = new_repo()
     upload(make_kernel(tmp_path / "base", value=4, backends=("cuda",)), repo_id=base)  # tiny-act: cuda only

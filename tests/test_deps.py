@@ -6,7 +6,6 @@ a new process after a warm-up), and a lock pins the dependency's commit as well 
 from __future__ import annotations
 
 import json
-import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,17 +14,17 @@ import pytest
 import torch
 
 import hubkernels
-from hubkernels.build import build
 from hubkernels.errors import KernelLoadError
 from hubkernels.fetch import UntrustedKernelError, get_kernel, install
 from hubkernels.fetch.deps import KernelDependencyError, get_kernel_dep
 from hubkernels.load import loaded_kernels
 from hubkernels.lock import lock
 from hubkernels.publish import upload
-from test_fetch import _api_requests, run_python
+from helpers import DEP_PLACEHOLDER as PLACEHOLDER
+from helpers import api_requests as _api_requests
+from helpers import deps_kernel as _kernel
+from helpers import run_python
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "deps"
-PLACEHOLDER = "hubkernels/dep-base"  # the dependency's repo id as the fixture writes it
 
 
 @dataclass(frozen=True)
@@ -33,18 +32,6 @@ class Pair:
     base: str  # repo id of dep-base
     user: str  # repo id of dep-user, which kernel-depends on `base`
     base_commit: str
-
-
-def _kernel(src: str, dest: Path, replace: dict[str, str]) -> Path:
-    shutil.copytree(FIXTURES / src, dest)
-    for path in dest.rglob("*"):
-        if path.is_file():
-            text = path.read_text()
-            for old, new in replace.items():
-                text = text.replace(old, new)
-            path.write_text(text)
-    build(dest, backend="cpu", quiet=True)
-    return dest
 
 
 def publish_base(tmp: Path, org: str = "hubkernels", factor: int = 3, repo_id: str | None = None) -> tuple[str, str]:

@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from hubkernels.fetch import (DownloadError, KernelNotFoundError, UntrustedKerne
 from hubkernels.fetch._local import RepoState, repo_folder
 from hubkernels.metadata import Metadata
 from hubkernels.variants import Accepted, Rejected
-from test_publish import make_kernel, new_repo
+from helpers import api_requests as _api_requests, make_kernel, new_repo, run_python
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,20 +63,6 @@ def untrusted(hub, tmp_path_factory) -> Published:
 @pytest.fixture
 def cache(tmp_path: Path) -> Path:
     return tmp_path / "cache"
-
-
-def _api_requests(hub) -> list[tuple[str, str]]:
-    """(method, path) of what the loader asked, leaving out huggingface_hub's once-a-day telemetry registry."""
-    return [(r["method"], r["path"]) for r in hub.requests() if r["path"] != "/api/agent-harnesses"]
-
-
-def run_python(code: str, cache: Path, **env: str) -> subprocess.CompletedProcess:
-    """Run `code` in a new interpreter with the test session's Hub environment and `cache` as HF_HUB_CACHE."""
-    full = {**os.environ, "HF_HUB_CACHE": str(cache), **env}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=full, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
 
 
 # -- choosing what to load ------------------------------------------------------------------------------------

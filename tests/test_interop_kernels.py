@@ -19,7 +19,7 @@ import torch
 import ltx_reference as ref
 from hubkernels.fetch import get_kernel
 from hubkernels.publish import upload
-from test_fetch import _api_requests, run_python
+from helpers import api_requests as _api_requests, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,7 +129,7 @@ def test_bench_loader_script_measures_both_loaders(ltx_build, tmp_path: Path) ->
 @pytest.fixture(scope="module")
 def tiny_repo(hub, tmp_path_factory) -> tuple[str, str]:
     """(repo id, commit of v1) of tiny-act (torch-cpu and torch-cuda, VALUE 7), published once for these tests."""
-    from test_publish import make_kernel, new_repo
+    from helpers import make_kernel, new_repo
 
     repo_id = new_repo()
     root = make_kernel(tmp_path_factory.mktemp("lock-interop") / "k", value=7, backends=("cpu", "cuda"))
@@ -195,7 +195,7 @@ def test_a_lock_written_by_hubkernels_downloads_with_kernels(tiny_repo, tmp_path
 def test_both_tools_lock_the_kernels_a_kernel_depends_on_alike(tiny_repo, tmp_path: Path, monkeypatch) -> None:
     from hubkernels import cli
     from hubkernels.build import build
-    from test_publish import make_kernel, new_repo
+    from helpers import make_kernel, new_repo
 
     dep_id, dep_commit = tiny_repo
     root = make_kernel(tmp_path / "user", value=8)

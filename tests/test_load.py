@@ -13,7 +13,7 @@ from hubkernels.errors import KernelLoadError, VariantNotFoundError
 from hubkernels.load import check_capability, import_variant
 from hubkernels.variants import cuda_arch_supports
 from hubkernels.metadata import Metadata
-from hubkernels.platform import System
+from hubkernels.system import System
 
 
 def _pure_variant(root: Path, name: str, *, python_depends: list[str] | None = None, body: str = "X = 1\n") -> Path:

@@ -16,8 +16,7 @@ from hubkernels.fetch.locked import install_locked, load_locked, lock, lock_proj
 from hubkernels.lock import LockFileError, digests_path, read_lock, write_lock
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
-from test_fetch import run_python
-from test_publish import make_kernel, new_repo
+from helpers import make_kernel, new_repo, run_python
 
 
 @pytest.fixture(scope="module")

@@ -1,74 +1,27 @@
 """Publishing to the local Hub: branch v<N>, the card on main, a tag per upload, and re-uploads that replace
 exactly the variants they carry. Everything goes through huggingface_hub against the server on 127.0.0.1.
 
-`make_kernel` (a tiny pure-Python kernel built with `hubkernels build`) is shared with the loader tests.
+`make_kernel` (a tiny pure-Python kernel built with `hubkernels build`) is in tests/helpers.py, shared with the
+loader tests.
 """
 
 from __future__ import annotations
 
-import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
 
 from hubkernels import cli
-from hubkernels.build import build
 from hubkernels.errors import UsageError
 from hubkernels.metadata import Metadata
 from hubkernels.publish import PublishError, _batches, package_api, upload
-
-
-def make_kernel(root: Path, *, version: int = 1, value: int = 1, backends: tuple[str, ...] = ("cpu",),
-                repo_id: str | None = None, extra_files: dict[str, str] | None = None) -> Path:
-    """Write and build `tiny-act` (noarch: `double(x)`, `VALUE`) at `root`; returns root. Builds torch-<backend>."""
-    pkg = root / "torch-ext" / "tiny_act"
-    pkg.mkdir(parents=True, exist_ok=True)
-    hub = f'\n[general.hub]\nrepo-id = "{repo_id}"\n' if repo_id else ""
-    (root / "build.toml").write_text(textwrap.dedent(f"""\
-        [general]
-        name = "tiny-act"
-        version = {version}
-        edition = 5
-        license = "Apache-2.0"
-        backends = ["cpu", "cuda"]
-        """) + hub + "\n[torch-noarch]\n")
-    (pkg / "__init__.py").write_text(textwrap.dedent(f'''\
-        """tiny-act: a one-function kernel for loader tests."""
-        import torch
-
-        __all__ = ["double", "VALUE"]
-        VALUE = {value}
-
-
-        def double(x: torch.Tensor) -> torch.Tensor:
-            """Twice x, computed the slow way."""
-            return x * 2
-        '''))
-    for name, text in (extra_files or {}).items():
-        (pkg / name).write_text(text)
-    for backend in backends:
-        build(root, backend=backend, quiet=True)
-    return root
-
-
-def new_repo(org: str = "hubkernels") -> str:
-    """A fresh repo id on the shared session hub."""
-    return f"{org}/tiny-{uuid.uuid4().hex[:10]}"
+from helpers import make_kernel, new_repo, remote_files
 
 
 def hf_api():
     from huggingface_hub import HfApi
 
     return HfApi()
-
-
-def remote_files(repo_id: str, revision: str) -> dict[str, str]:
-    """{path: blob id} of every file at `revision`."""
-    from huggingface_hub import RepoFile
-
-    return {f.path: f.blob_id for f in hf_api().list_repo_tree(repo_id, recursive=True, revision=revision,
-                                                                 repo_type="kernel") if isinstance(f, RepoFile)}
 
 
 def test_upload_publishes_branch_card_and_tag_seen_by_huggingface_hub(hub, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from hubfixture import TEST_TOKEN
 
 from hubkernels import cli
 from hubkernels.build import build
-from test_publish import make_kernel
+from helpers import make_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = random.Random(13).randbytes(40 << 20)  # 40 MB of incompressible data: hf_xet stores it as ~600 chunks
@@ -231,7 +231,8 @@ def test_a_client_that_sends_no_sha256_is_told_the_fix_in_one_line(hub):
     body = "\n".join(json.dumps(line) for line in (
         {"key": "header", "value": {"summary": "old client"}}, {"key": "lfsFile", "value": op})).encode()
     req = urllib.request.Request(f"{hub.url}/api/models/{repo_id}/commit/main", data=body, method="POST",
-                                 headers={"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TEST_TOKEN}"})
+                                 headers={"Content-Type": "application/x-ndjson",
+                                          "Authorization": f"Bearer {TEST_TOKEN}"})
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=30)
     message = json.loads(err.value.read())["error"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import hubkernels
-from conftest import ROOT
+from helpers import ROOT
 
 DIMS = [1, 17, 2048, 4095]
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}

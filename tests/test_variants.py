@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from hubkernels.errors import UsageError, VariantNotFoundError
-from hubkernels.platform import System, Variant
+from hubkernels.system import System, Variant
 from hubkernels.variants import Accepted, Rejected, require, resolve, system_variants
 
 CUDA_SYS = System(torch_version=(2, 11), backend="cuda", backend_version=(13, 0), cpu="x86_64", os="linux",

@@ -29,6 +29,7 @@ from types import ModuleType
 from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, UsageError, VariantNotFoundError
+from ..layout import check_repo_id, ships
 from ..load import Verified
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
@@ -223,9 +224,7 @@ def import_installed(installed: Installed) -> ModuleType:
 
 
 def _check_repo_id(repo_id: str) -> str:
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UsageError(f"repo_id must look like 'org/name', got {repo_id!r}")
-    return repo_id
+    return check_repo_id(repo_id)
 
 
 def _refs(state: RepoState, remote: Remote, max_age: float) -> tuple[Refs, bool]:
@@ -339,7 +338,7 @@ def _resolution(repo_id: str, version: int | None, revision: str | None, backend
 
 
 def _shipped(path: str) -> bool:
-    return "/__pycache__/" not in path and not path.endswith(".pyc")
+    return ships(path)
 
 
 def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: str,

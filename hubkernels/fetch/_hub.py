@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from .._version import __version__
+from ..hub import api, endpoint  # noqa: F401  (re-exported: the loader's client)
 from ..errors import HubkernelsError
 from ._local import TreeEntry
 
@@ -48,19 +48,6 @@ class UntrustedKernelError(HubkernelsError, PermissionError):
 
 class DownloadError(HubkernelsError, ConnectionError):
     """The Hub kept failing after retries; nothing partial was loaded."""
-
-
-def api() -> HfApi:
-    """The HfApi every hubkernels Hub call goes through (endpoint and token from huggingface_hub's settings)."""
-    from huggingface_hub import HfApi
-
-    return HfApi(library_name="hubkernels", library_version=__version__)
-
-
-def endpoint() -> str:
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

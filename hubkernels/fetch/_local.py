@@ -36,6 +36,7 @@ from typing import Any
 
 from .. import digest as _digest
 from .. import settings
+from ..layout import shipped_files
 from ..load import Verified
 
 #: Compiled code is kept per interpreter: its cache tag and bytecode magic number.
@@ -336,18 +337,7 @@ def compile_sources(vdir: Path, verified: Verified) -> dict[str, CodeType]:
 
 def variant_files(variant_dir: Path) -> Iterator[tuple[str, Path]]:
     """(posix relative path, path) of every file a variant ships, without bytecode caches."""
-    stack = [variant_dir]
-    while stack:
-        d = stack.pop()
-        with os.scandir(d) as it:
-            for entry in it:
-                if entry.name == "__pycache__" or entry.name.endswith(".pyc"):
-                    continue
-                if entry.is_dir():
-                    stack.append(Path(entry.path))
-                else:
-                    p = Path(entry.path)
-                    yield p.relative_to(variant_dir).as_posix(), p
+    yield from shipped_files(variant_dir)
 
 
 def file_stats(variant_dir: Path) -> list[tuple[str, tuple[int, int, int]]]:

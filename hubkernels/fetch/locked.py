@@ -131,7 +131,8 @@ def _lock_one(repo_id: str, version: int | None, revision: str | None,
         metadata = Metadata.from_dict(json.loads(raw))
         digest = metadata.digest or {}
         variants[p.split("/")[1]] = LockedVariant(hashlib.sha256(raw).hexdigest(),
-                                                  str(digest.get("algorithm", "sha256")), dict(digest.get("files") or {}))
+                                                  str(digest.get("algorithm", "sha256")),
+                                                  dict(digest.get("files") or {}))
         deps.extend(_dependency(d) for d in metadata.kernel_depends)
     if not variants:
         raise KernelNotFoundError(f"{repo_id}@{ref.commit[:7]} has no build variants to lock")

@@ -1,12 +1,15 @@
-"""`Device`: the device key of a kernel mapping (a type, optionally a compute-capability range)."""
+"""`Device`: the device key of a kernel mapping (a type, optionally a compute-capability range), and where a
+model computes (`module_device`, `device_type_for`)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
 #: Device types a mapping may name (HF `kernels`' list).
 DEVICE_TYPES = ("cpu", "cuda", "mps", "neuron", "npu", "rocm", "tpu", "xpu")
@@ -89,3 +92,52 @@ def capability_of(device: "torch.device | None") -> int | None:
         else torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
     return major * 10 + minor
+
+
+def module_device(module: "nn.Module") -> Optional["torch.device"]:
+    """Where a module computes: its accelerate hook's execution device, else its first non-meta
+    parameter or buffer; None if it has neither."""
+    hook = module.__dict__.get("_hf_hook")
+    execution = getattr(hook, "execution_device", None)
+    if execution is not None:
+        import torch
+
+        return torch.device(execution) if not isinstance(execution, int) else torch.device("cuda", execution)
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        if tensor.device.type != "meta":
+            return tensor.device
+    return None
+
+
+def _model_device(model: "nn.Module", device: Union[str, "torch.device", None]) -> Optional["torch.device"]:
+    import torch
+
+    if isinstance(device, torch.device):
+        return device
+    if isinstance(device, str):
+        if device.split(":")[0] == "rocm":
+            return torch.device(device.replace("rocm", "cuda", 1))
+        try:
+            return torch.device(device)
+        except RuntimeError:
+            return None
+    return module_device(model)
+
+
+def device_type_for(model: "nn.Module", device: Union[str, "torch.device", None] = None) -> str:
+    """The mapping device type kernelize uses for `model` (explicit `device`, else where the model computes)."""
+    return _device_type(_model_device(model, device), device)
+
+
+def _device_type(model_device: Optional["torch.device"], device: Union[str, "torch.device", None]) -> str:
+    if isinstance(device, str):
+        base = device.split(":")[0]
+        if base not in DEVICE_TYPES:
+            raise ValueError(f"Unsupported device type {device!r}; use one of {', '.join(DEVICE_TYPES)}.")
+        return base
+    if model_device is None:
+        raise ValueError("Cannot tell which device the model runs on (it has no parameters or buffers); "
+                         "pass device='cuda' (or 'cpu', ...) to kernelize.")
+    if device is not None:
+        return model_device.type  # an explicit torch.device is taken as given (HF `kernels`' rule)
+    return device_type_of(model_device)

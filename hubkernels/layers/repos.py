@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, Union, runtime_checkable
 
+from ..errors import HubkernelsError
 from .mode import MODE_PRIORITY, Mode
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ class RepositoryProtocol(Protocol):
     def load(self) -> "type[nn.Module]": ...
 
 
-class LayerNotFoundError(LookupError):
+class LayerNotFoundError(HubkernelsError, LookupError):
     """The kernel loaded, but it has no `layers.<name>`."""
 
 
@@ -36,7 +37,8 @@ def layer_from_kernel(kernel: ModuleType, layer_name: str, origin: object) -> "t
     layer = getattr(layers, layer_name, None)
     if layer is None:
         have = sorted(n for n, v in vars(layers).items() if isinstance(v, type) and not n.startswith("_"))
-        raise LayerNotFoundError(f"Layer {layer_name!r} not found in kernel {origin}; it has: {', '.join(have) or 'none'}.")
+        raise LayerNotFoundError(
+            f"Layer {layer_name!r} not found in kernel {origin}; it has: {', '.join(have) or 'none'}.")
     return layer
 
 

@@ -2,8 +2,9 @@
 
 Endpoint shapes, headers and error codes follow what the real client needs: typed errors carry ``X-Error-Code``
 (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) and ``X-Error-Message``; resolve answers carry
-``X-Repo-Commit`` and an ``ETag`` (git sha1, or sha256 for LFS files); and for files uploaded through Xet also ``X-Xet-Hash`` (the Xet protocol itself lives in ``xet.py``). Access is checked as on the Hub (see `common`); the routes live in
-`routes_repos`, `routes_files` and `routes_control`.
+``X-Repo-Commit`` and an ``ETag`` (git sha1, or sha256 for LFS files); and for files uploaded through Xet also
+``X-Xet-Hash`` (the Xet protocol itself lives in ``xet.py``). Access is checked as on the Hub (see `common`); the
+routes live in `routes_repos`, `routes_files` and `routes_control`.
 """
 
 from __future__ import annotations

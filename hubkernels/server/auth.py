@@ -10,6 +10,8 @@ none on the PUT).
 
 from __future__ import annotations
 
+from ..errors import HubkernelsError  # noqa: E402
+
 import hashlib
 import hmac
 import json
@@ -30,7 +32,7 @@ ROLES = ("read", "write")
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
 
 
-class TokenError(ValueError):
+class TokenError(HubkernelsError, ValueError):
     """A token request that cannot be honoured (bad user or org name, unknown token id)."""
 
 

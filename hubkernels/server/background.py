@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..errors import HubkernelsError  # noqa: E402
+
 import ipaddress
 import json
 import socket
@@ -22,7 +24,7 @@ from .control import Fault, HubControl
 from .limits import header_timeout_protocol
 
 
-class ServeError(RuntimeError):
+class ServeError(HubkernelsError, RuntimeError):
     """The hub refuses to start as asked (one line saying what to do)."""
 
 

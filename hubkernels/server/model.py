@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterator, Literal
 
+from ..errors import HubkernelsError
+
 REPO_TYPES = ("model", "dataset", "space", "kernel")
 """Repository types the server accepts (the Hub's plural forms name them in URLs: ``models``, ``kernels`` ...)."""
 
@@ -40,7 +42,7 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$")
 
 
-class HubError(Exception):
+class HubError(HubkernelsError):
     """An error the server answers with: HTTP status, message and, when typed, the Hub's ``X-Error-Code``."""
 
     def __init__(self, status: int, message: str, code: str | None = None, *, headers: dict[str, str] | None = None):

@@ -9,6 +9,8 @@ In URLs and JSON a hash is written as four little-endian u64 words in hex (each 
 
 from __future__ import annotations
 
+from ..errors import HubkernelsError  # noqa: E402
+
 import struct
 from dataclasses import dataclass
 
@@ -32,7 +34,7 @@ _FLAG_METADATA_EXT = 1 << 30
 _ENTRY = 48  # every shard record is 48 bytes
 
 
-class XetFormatError(ValueError):
+class XetFormatError(HubkernelsError, ValueError):
     """A xorb or shard that does not follow the Xet format (the message says what is wrong)."""
 
 

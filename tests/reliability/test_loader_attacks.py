@@ -22,7 +22,7 @@ from hubkernels.errors import KernelLoadError, MetadataError, UsageError
 from hubkernels.fetch import DownloadError, get_kernel, install
 from hubkernels.fetch._local import RepoState
 from hubkernels.metadata import Metadata
-from test_publish import make_kernel, new_repo
+from helpers import make_kernel, new_repo
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 from hubkernels.errors import HubkernelsError
 from hubkernels.fetch import DownloadError, get_kernel, install, kernel_versions
 from hubkernels.fetch._local import RepoState
-from test_publish import make_kernel, new_repo
+from helpers import make_kernel, new_repo
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]

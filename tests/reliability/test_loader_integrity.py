@@ -17,7 +17,7 @@ from hubkernels.errors import HubkernelsError
 from hubkernels.fetch import install
 from hubkernels.fetch._local import RepoState
 from ltx_tiny import publish_ltx
-from test_publish import new_repo
+from helpers import new_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("size change", "same-size content change", "content change, mtime restored")

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from huggingface_hub import CommitOperationAdd, HfApi, constants, hf_hub_download
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 from server_helpers import http, ndjson, post_json
 
@@ -118,7 +118,7 @@ def test_control_routes_need_test_mode_and_an_admin_token(attacked, tmp_path, re
 
 def test_anonymous_upload_to_a_trusted_publishers_v1_is_refused_and_the_victim_loads_the_publisher(
         hub, tmp_path, record):
-    from test_publish import make_kernel
+    from helpers import make_kernel
 
     import hubkernels
     from hubkernels.publish import upload

@@ -80,7 +80,7 @@ def test_bodies_that_are_not_json_objects_get_400(limited, record):
 
 
 def test_a_path_1000_directories_deep_is_refused_at_commit_and_the_repo_keeps_loading(hub, tmp_path, record):
-    from test_publish import make_kernel
+    from helpers import make_kernel
 
     import hubkernels
     from hubkernels.publish import upload

@@ -13,8 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-from huggingface_hub import CommitOperationAdd, HfApi, constants, hf_hub_download, snapshot_download
+from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError
 from server_helpers import http, proc_figures
 

@@ -1,0 +1,14 @@
+"""`hubkernels skill`: its arguments and run function live in `hubkernels.skill_cli`, imported only to run it."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "skill"
+HELP = "install the agent skill for writing and shipping kernels"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from ..skill_cli import register_cli
+
+    register_cli(sub)
