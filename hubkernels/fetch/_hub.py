@@ -94,7 +94,7 @@ def call(what: str, fn: Callable[[], T], *, attempts: int = ATTEMPTS, retry_drop
         except Exception as e:  # noqa: BLE001 - sorted below; anything else propagates unchanged
             dropped = isinstance(e, _transport_errors())
             retry = is_transient(e) and (retry_dropped or not dropped)
-            if not retry and not dropped and not _unreachable(e):
+            if not retry and not dropped and not _unreachable(e) and not _xet_failure(e):
                 raise  # not a network problem: the caller turns it into a precise error (404s and the like)
             if not retry or attempt + 1 == attempts:
                 tries = f"failed {attempt + 1} times" if attempt else "failed"
@@ -107,6 +107,13 @@ def call(what: str, fn: Callable[[], T], *, attempts: int = ATTEMPTS, retry_drop
             logger.warning("%s: %s; retrying in %.2fs", what, _one_line(e), wait)
             time.sleep(wait)
     raise AssertionError("unreachable")
+
+
+def _xet_failure(error: BaseException) -> bool:
+    """hf_xet gave up on a transfer (it retries network faults itself; what is left is a broken answer)."""
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(s in text for s in ("CAS Client Error", "File reconstruction",
+                                                                        "Xet", "xet"))
 
 
 def _one_line(error: BaseException) -> str:
