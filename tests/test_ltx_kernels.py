@@ -254,6 +254,15 @@ def test_gelu_tanh_over_the_whole_range(ltx, device, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gelu_tanh_of_infinities_and_nan(ltx, device, dtype):
+    """gelu's limits: -inf gives 0 (not -inf * 0 = NaN), +inf gives +inf, NaN stays NaN."""
+    x = torch.tensor([-float("inf"), float("inf"), float("nan"), -1e4 if dtype != torch.float16 else -6e4],
+                     dtype=dtype, device=device)
+    out = ltx.gelu_tanh(x).double().cpu()
+    assert out[0] == 0 and out[1] == float("inf") and out[2].isnan() and out[3] == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("dim", HIDDEN)
 @pytest.mark.parametrize("form", FORMS)
 def test_gated_residual_matches_reference(ltx, rand: Rand, dtype, dim, form):
