@@ -41,7 +41,7 @@ class BuildResult:
     path: Path
     id: str
     up_to_date: bool
-    also: tuple["BuildResult", ...] = ()
+    also: tuple[BuildResult, ...] = ()
 
 
 def build(path: str | Path = ".", *, backend: str | None = None, jobs: int | None = None,
@@ -53,13 +53,17 @@ def build(path: str | Path = ".", *, backend: str | None = None, jobs: int | Non
     """
     from filelock import FileLock
 
+    if jobs is not None and jobs < 1:
+        raise BuildError(f"jobs must be at least 1, not {jobs}")
     config = load_config(path)
     try:
         (config.root / "_build").mkdir(exist_ok=True)
-    except OSError as e:
-        raise BuildError(f"cannot write the build directory {config.root / '_build'}: {e.strerror}") from None
-    with FileLock(str(config.root / "_build" / ".lock")):
-        return _build_locked(config, backend, jobs, verbose, out_dir, quiet)
+        with FileLock(str(config.root / "_build" / ".lock")):
+            return _build_locked(config, backend, jobs, verbose, out_dir, quiet)
+    except OSError as e:  # a build or output directory that cannot be written: say which, no traceback
+        where = f" ({e.filename})" if e.filename else ""
+        raise BuildError(f"cannot write the build output{where}: {e.strerror or e}; "
+                         "check that the kernel directory and its build/ and _build/ are writable directories") from None
 
 
 def _build_locked(config: BuildConfig, backend: str | None, jobs: int | None, verbose: bool,

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..config import BuildConfig
 from ..errors import BuildError
 from .generated import glibc_compat, registration_dir
+from .toolchain import cuda_home, cuda_wheel_includes
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
@@ -62,7 +63,14 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
     if stable_abi:
         defines.append(f"-DTORCH_TARGET_VERSION={target_version(stable_abi)}")
     archs: list[str] = []
+    env = dict(os.environ)
     if backend == "cuda":
+        home = cuda_home()
+        if home is not None:
+            env["CUDA_HOME"] = str(home)
+        after = [f for inc in cuda_wheel_includes() for f in ("-isystem", str(inc))]
+        cxx_flags += after
+        nvcc_flags += after
         archs = _cuda_archs(kernels)
         for a in archs:
             nvcc_flags += _gencode(a)
@@ -78,7 +86,6 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
     (work / "spec.json").write_text(json.dumps(spec, indent=2))
     for old in lib_dir.glob(f"{name}*.so"):
         old.unlink()
-    env = dict(os.environ)
     if jobs:
         env["MAX_JOBS"] = str(jobs)
     cmd = [sys.executable, "-m", "hubkernels._setup_ext", str(work / "spec.json")]

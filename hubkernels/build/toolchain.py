@@ -83,20 +83,33 @@ def check_backend_toolkit(system: System, backend: str) -> None:
         return
     if system.backend != backend:
         major, minor = system.torch_version
-        raise BuildError(f"the installed torch {major}.{minor} is a {system.backend} build, so it cannot compile "
-                         f"{_TORCH_BUILT_FOR[backend]} sources: install a {_TORCH_BUILT_FOR[backend]} build of torch "
-                         f"(pip install torch=={major}.{minor}.* from a {backend} wheel index) and build again")
+        raise BuildError(f"the installed torch {major}.{minor} is a {system.backend}-only build, so it has no "
+                         f"{_TORCH_BUILT_FOR[backend]} headers: install a {_TORCH_BUILT_FOR[backend]} build of torch "
+                         f"(pip install torch=={major}.{minor}.* from a {backend} wheel index; no GPU needed to "
+                         "compile) and build again")
     if backend == "cuda" and cuda_home() is None:
-        raise BuildError("no CUDA toolkit found (nvcc is not on PATH and CUDA_HOME is unset): install the CUDA "
-                         "toolkit or `pip install nvidia-cuda-nvcc`, then put its bin/ on PATH")
+        cuda = ".".join(str(p) for p in system.backend_version or ())
+        raise BuildError(f"no CUDA toolkit found (nvcc is not on PATH and CUDA_HOME is unset): install CUDA {cuda} "
+                         "(the toolkit, or the nvidia-cuda-nvcc wheel) and put its bin/ on PATH or set CUDA_HOME")
 
 
 def cuda_home() -> Path | None:
-    """The CUDA toolkit torch's extension builder will use, or None when there is none."""
+    """The CUDA toolkit to compile with (holds bin/nvcc, and include/cuda_runtime.h when one does), or None."""
     from torch.utils import cpp_extension
 
-    home = cpp_extension.CUDA_HOME
-    if home and (Path(home) / "bin" / "nvcc").is_file():
-        return Path(home)
     nvcc = shutil.which("nvcc")
-    return Path(os.path.realpath(nvcc)).parent.parent if nvcc else None
+    candidates = [Path(h) for h in (cpp_extension.CUDA_HOME,) if h]
+    if nvcc:  # /usr/local/bin/nvcc may be a link into /usr/local/cuda-X.Y, whose include/ torch needs
+        candidates += [Path(nvcc).parent.parent, Path(os.path.realpath(nvcc)).parent.parent]
+    with_nvcc = [c for c in candidates if (c / "bin" / "nvcc").is_file()]
+    complete = [c for c in with_nvcc if (c / "include" / "cuda_runtime.h").is_file()]
+    return (complete or with_nvcc or [None])[0]
+
+
+def cuda_wheel_includes() -> list[Path]:
+    """Header directories of the nvidia-* wheels torch depends on (cuSPARSE, cuBLAS, ... headers that ATen's
+    CUDA headers include and a minimal toolkit lacks); searched after the toolkit's own."""
+    import torch
+
+    site = Path(torch.__file__).resolve().parent.parent
+    return sorted(p for p in (site / "nvidia").glob("*/include") if p.is_dir())
