@@ -43,8 +43,6 @@
 // top: 106 -> 179 registers for bf16 modulate).
 #pragma once
 
-#include <cstdio>
-#include <cstdlib>
 #include <type_traits>
 
 #include "vec.cuh"
@@ -282,33 +280,17 @@ void launch_two_pass(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
       <<<grid, block_threads(kGroup), 0, stream>>>(in, ep, rows, dim, eps);
 }
 
-// LTX_ROW_GROUP=32|64|128|256 picks another launch shape for rows of 129..256 16-byte chunks (2048 bf16):
-// a hook for `hubkernels bench` sweeps on a new GPU, read once per process; unset = the tuned default (64).
-// Any other value is reported on stderr once and ignored, so a mistyped sweep does not pass for a result.
-inline int row_group_override() {
-  static const int value = [] {
-    const char* s = std::getenv("LTX_ROW_GROUP");
-    if (s == nullptr) return 0;
-    const int v = std::atoi(s);
-    if (v != 32 && v != 64 && v != 128 && v != 256) {
-      std::fprintf(stderr, "ltx_kernels: ignoring LTX_ROW_GROUP=%s (expected 32, 64, 128 or 256)\n", s);
-      return 0;
-    }
-    return v;
-  }();
-  return value;
-}
-
 // Picks the launch shape from dim. `wide`: every row-indexed pointer is 16-byte aligned and dim is
 // a multiple of kPack<T> (the caller checks its own pointers and strides). A thread holds at most
 // 8 16-byte vectors of x for K = 1 and 2 per tensor for K = 2 (where cos/sin, twice the bytes of
 // x, are in registers too): one warp per row up to 1024 bf16, two warps (4 vectors a lane) for
-// 1025..2048 bf16 (LTX's width: measured best on the H200), else 64..512 threads per row, else two passes.
-// `group` (K = 1): threads per row for that 1025..2048 class instead of 64, unless LTX_ROW_GROUP is
-// set; a caller that must sum in the order of a packed kernel of that shape passes it.
-template <class T, int K, class Ep>
+// 1025..2048 bf16 (LTX's width: the fastest of the four shapes timed, docs/kernels.md), else
+// 64..512 threads per row, else two passes. kPackedOrder (K = 1): the caller may pass
+// packed_order = true to get 128 threads x 2 vectors for that 1025..2048 class instead, which sums
+// in the order of rms_norm_modulate's packed kernel; other callers do not instantiate that shape.
+template <class T, int K, bool kPackedOrder = false, class Ep>
 void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
-                     bool wide, cudaStream_t stream, int group = 64) {
+                     bool wide, cudaStream_t stream, bool packed_order = false) {
   if (rows <= 0 || dim <= 0) return;  // a zero-size grid is a launch error
   if (!wide) {
     constexpr int N = Ep::kNarrow;
@@ -325,15 +307,10 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 128) return launch_resident<T, W, 32, 4>(in, ep, rows, dim, eps, stream);
     if (chunks <= 256) {
-      // LTX_ROW_GROUP: the benchmarking hook for threads per row of this (LTX) size class
-      switch (row_group_override() != 0 ? row_group_override() : group) {
-        case 32: return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
-        case 128: return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
-        case 256: return launch_resident<T, W, 256, 1>(in, ep, rows, dim, eps, stream);
-        // H200, [2,6144,2048] bf16 (2026-11-29 sweep, us, rms/weight/modulate): 32x8 27.6/28.9/31.3,
-        // 64x4 27.6/28.5/29.8, 128x2 27.0/27.7/31.1, 256x1 28.7/30.1/35.2.
-        default: return launch_resident<T, W, 64, 4>(in, ep, rows, dim, eps, stream);
+      if constexpr (kPackedOrder) {
+        if (packed_order) return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
       }
+      return launch_resident<T, W, 64, 4>(in, ep, rows, dim, eps, stream);
     }
     if (chunks <= 512) return launch_resident<T, W, 64, 8>(in, ep, rows, dim, eps, stream);
     if (chunks <= 1024) return launch_resident<T, W, 128, 8>(in, ep, rows, dim, eps, stream);
