@@ -18,6 +18,8 @@ struct AddModulateEpilogue {
   static constexpr int kNarrow = 1;
   static constexpr bool kPrefetch = false;  // [B,1,D] scale/shift rows are L1/L2 hits
   static constexpr bool kResidual = true;
+  static constexpr bool kStreamX = false;
+  static constexpr int kMinBlocks = 1;
   T* out;
   T* h;
   const T* y;

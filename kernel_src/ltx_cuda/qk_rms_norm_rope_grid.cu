@@ -33,6 +33,9 @@ struct QkNormRopeGridEpilogue {
   static constexpr int kNarrow = 2;         // the fallback path still moves whole pairs
   static constexpr bool kPrefetch = true;   // weights, positions, freqs: L1 hits; the rest is ALU
   static constexpr int kPairGroup = 256;
+  static constexpr bool kResidual = false;
+  static constexpr bool kStreamX = false;
+  static constexpr int kMinBlocks = 1;
   T* q_out;
   T* k_out;
   const T* weight_q;

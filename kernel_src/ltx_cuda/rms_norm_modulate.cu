@@ -18,6 +18,7 @@ template <class T, bool kWeight>
 struct ModulateEpilogue {
   static constexpr int kNarrow = 1;
   static constexpr bool kPrefetch = false;  // [B,1,D] scale/shift rows are L1/L2 hits
+  static constexpr bool kResidual = false;
   // x skips L1 (so the scale/shift rows stay there) and y is stored evict-first, with registers
   // capped at 8 blocks of 128 threads per SM (56 instead of 72): a little faster at LTX's shape
   // before `packed` below took it over (docs/kernels.md). With a weight the cap would spill (sm_90,
