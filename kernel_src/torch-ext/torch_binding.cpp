@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -95,14 +94,19 @@ std::string shape_name(const Sizes& sizes) {
   return s + "]";
 }
 
+// The pieces of a message as text (no iostreams: their C++20 members need a newer libstdc++ than
+// manylinux_2_28 guarantees).
+std::string text(const char* s) { return s; }
+std::string text(const std::string& s) { return s; }
+std::string text(int64_t v) { return std::to_string(v); }
+
 // Throws "ltx_kernels.<op>: <parts...>" (a RuntimeError in Python) unless ok.
 template <typename... Parts>
 void require(bool ok, const char* op, const Parts&... parts) {
   if (ok) return;
-  std::ostringstream msg;
-  msg << "ltx_kernels." << op << ": ";
-  (msg << ... << parts);
-  throw std::runtime_error(msg.str());
+  std::string msg = std::string("ltx_kernels.") + op + ": ";
+  ((msg += text(parts)), ...);
+  throw std::runtime_error(msg);
 }
 
 Shape shape_of(const Tensor& t) {
