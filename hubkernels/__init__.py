@@ -34,6 +34,7 @@ _EXPORTS = {
         "HubkernelsError", "BuildError", "VariantNotFoundError", "DigestError", "KernelLoadError", "UsageError",
         "MetadataError")},
     "KernelDependencyError": "hubkernels.kernel_deps",
+    "CompileError": "hubkernels.build",
     "TokenError": "hubkernels.server.auth",
     "ServeError": "hubkernels.server.background",
     "XetFormatError": "hubkernels.server.xet_format",

@@ -13,8 +13,8 @@ What it proves, on a machine without a GPU:
   tensors (AddressSanitizer) or makes a misaligned 16-byte access (UndefinedBehaviorSanitizer);
 - every launch fits the CUDA limits and the kernel's __launch_bounds__, no barrier deadlocks, and
   empty tensors launch nothing (a zero-size grid is a launch error);
-- every kernel instantiation the launchers can pick ran, including each LTX_ROW_GROUP override of
-  the 2048-wide bf16 row shape (the test fails, naming it, when a new shape is never reached).
+- every kernel instantiation the launchers can pick ran (the test fails, naming it, when a new
+  shape is never reached).
 
 What it cannot see: the GPU memory model (visibility between blocks, the non-coherent ld.global.nc
 path, memory fences), races between threads (here they interleave only at barriers; running
@@ -25,8 +25,6 @@ timing. Those need a GPU: `pytest -m gpu` and compute-sanitizer (memcheck, racec
 
 from __future__ import annotations
 
-import functools
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,7 +33,6 @@ from cuda_emu import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "_build" / "cuda_emu"
-ROW_GROUPS = harness.row_groups(ROOT)  # the LTX_ROW_GROUP values row_norm.cuh handles or documents
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +40,6 @@ pytestmark = pytest.mark.slow
 # here. Change these with the cases.
 EXPECTED = {"rms": 163, "mod": 312, "addmod": 818, "gated": 121, "gelu": 55, "rope": 168, "qk": 152, "qkgrid": 158,
             "empty": 81}
-EXPECTED_ROW_GROUP = {"rowgroup": 198}
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +52,9 @@ def emulator() -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(emulator: Path) -> dict[int | None, harness.RunResult]:
-    """All cases with the default launch shapes (None) and the row cases under each LTX_ROW_GROUP."""
-    jobs: dict[int | None, functools.partial] = {None: functools.partial(harness.run, emulator)}
-    for group in ROW_GROUPS:
-        jobs[group] = functools.partial(harness.run, emulator, ["rowgroup"], row_group=group)
-    with ThreadPoolExecutor() as pool:  # each run is one process on one core
-        futures = {key: pool.submit(job) for key, job in jobs.items()}
-        return {key: f.result() for key, f in futures.items()}
+def runs(emulator: Path) -> dict[None, harness.RunResult]:
+    """All cases, with the launch shapes the launchers pick."""
+    return {None: harness.run(emulator)}
 
 
 def _explain(res: harness.RunResult) -> str:
@@ -77,14 +68,6 @@ def test_every_op_matches_the_float64_reference(runs):
     assert res.returncode == 0 and res.failed == 0, _explain(res)
     assert res.suites == EXPECTED, "cases.cpp ran a different number of checks than EXPECTED says"
     assert res.passed == sum(EXPECTED.values())
-
-
-@pytest.mark.skipif(not ROW_GROUPS, reason="the launchers no longer read LTX_ROW_GROUP")
-@pytest.mark.parametrize("group", ROW_GROUPS or [None])
-def test_every_ltx_row_group_shape_matches_the_reference(runs, group):
-    res = runs[group]
-    assert res.returncode == 0 and res.failed == 0, _explain(res)
-    assert res.suites == EXPECTED_ROW_GROUP
 
 
 def test_every_kernel_the_launchers_can_pick_ran(runs):

@@ -20,13 +20,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..build import build, check_abi
+    import sys
 
-    result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
-    print(result.path)
-    if args.wheel:
-        from ..wheel import build_wheel
+    from ..build import CompileError, build, check_abi
 
-        portable = not any(p.startswith("manylinux") for so in result.path.glob("*.so") for p in check_abi(so))
-        print(build_wheel(result.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
+    try:
+        result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
+    except CompileError as e:  # the compiler's own output, then exit 1 (a bad input or setup exits 2)
+        print(f"hubkernels build: error: {e}", file=sys.stderr)
+        return 1
+    for built in (result, *result.also):  # a noarch kernel builds every listed backend in one run
+        print(built.path)
+        if args.wheel:
+            from ..wheel import build_wheel
+
+            portable = not any(p.startswith("manylinux") for so in built.path.glob("*.so") for p in check_abi(so))
+            print(build_wheel(built.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
     return 0

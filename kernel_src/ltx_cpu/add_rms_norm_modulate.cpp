@@ -1,10 +1,12 @@
 // one row per step: a contiguous pass forms h = x + y (* gate) and writes it rounded, the next pass
 // sums the squares of that rounded row (still in cache) in 16 fp32 lanes, a last pass normalises it
 // and applies (1 + scale) and shift, read through the batch/token strides like the gate.
-#include "convert.h"
+#include "modulate_row.h"
 
 namespace ltx_cpu {
 namespace {
+
+using detail::modulate_row;
 
 template <typename T>
 LTX_INLINE void add_rms_norm_modulate_rows(T* h, T* out, const T* x, const T* y, const T* scale,
@@ -13,7 +15,6 @@ LTX_INLINE void add_rms_norm_modulate_rows(T* h, T* out, const T* x, const T* y,
                                            int64_t dim, int64_t mod_batch_stride,
                                            int64_t mod_token_stride, int64_t gate_batch_stride,
                                            int64_t gate_token_stride, double eps) {
-  using Acc = acc_t<T>;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t b = r / tokens, s = r % tokens;
     const T* xr = x + r * dim;
@@ -28,20 +29,7 @@ LTX_INLINE void add_rms_norm_modulate_rows(T* h, T* out, const T* x, const T* y,
       for (int64_t i = 0; i < dim; ++i) hr[i] = store<T>(load(xr[i]) + load(yr[i]));
     }
     const int64_t mod = b * mod_batch_stride + s * mod_token_stride;
-    const T* sc = scale + mod;
-    const T* sh = shift + mod;
-    const Acc inv = inv_rms(hr, dim, eps);
-    if (weight != nullptr) {
-      for (int64_t i = 0; i < dim; ++i) {
-        const Acc n = load(hr[i]) * inv * load(weight[i]);
-        outr[i] = store<T>(n * (Acc(1) + load(sc[i])) + load(sh[i]));
-      }
-    } else {
-      for (int64_t i = 0; i < dim; ++i) {
-        const Acc n = load(hr[i]) * inv;
-        outr[i] = store<T>(n * (Acc(1) + load(sc[i])) + load(sh[i]));
-      }
-    }
+    modulate_row(outr, hr, scale + mod, shift + mod, weight, inv_rms(hr, dim, eps), dim);
   }
 }
 

@@ -1,35 +1,23 @@
 // one row per step: a contiguous pass sums squares in 16 fp32 lanes, a second pass normalises and
 // applies (1 + scale) and shift, read through the batch/token strides (token stride 0 = one row of
 // scale/shift per batch, reused by every token).
-#include "convert.h"
+#include "modulate_row.h"
 
 namespace ltx_cpu {
 namespace {
+
+using detail::modulate_row;
 
 template <typename T>
 LTX_INLINE void rms_norm_modulate_rows(T* out, const T* x, const T* scale, const T* shift,
                                        const T* weight, int64_t row_begin, int64_t row_end,
                                        int64_t tokens, int64_t dim, int64_t batch_stride,
                                        int64_t token_stride, double eps) {
-  using Acc = acc_t<T>;
   for (int64_t r = row_begin; r < row_end; ++r) {
     const T* xr = x + r * dim;
     T* yr = out + r * dim;
     const int64_t mod = (r / tokens) * batch_stride + (r % tokens) * token_stride;
-    const T* sc = scale + mod;
-    const T* sh = shift + mod;
-    const Acc inv = inv_rms(xr, dim, eps);
-    if (weight != nullptr) {
-      for (int64_t i = 0; i < dim; ++i) {
-        const Acc n = load(xr[i]) * inv * load(weight[i]);
-        yr[i] = store<T>(n * (Acc(1) + load(sc[i])) + load(sh[i]));
-      }
-    } else {
-      for (int64_t i = 0; i < dim; ++i) {
-        const Acc n = load(xr[i]) * inv;
-        yr[i] = store<T>(n * (Acc(1) + load(sc[i])) + load(sh[i]));
-      }
-    }
+    modulate_row(yr, xr, scale + mod, shift + mod, weight, inv_rms(xr, dim, eps), dim);
   }
 }
 

@@ -18,6 +18,8 @@ struct AddModulateEpilogue {
   static constexpr int kNarrow = 1;
   static constexpr bool kPrefetch = false;  // [B,1,D] scale/shift rows are L1/L2 hits
   static constexpr bool kResidual = true;
+  static constexpr bool kStreamX = false;
+  static constexpr int kMinBlocks = 1;
   T* out;
   T* h;
   const T* y;
@@ -91,9 +93,11 @@ void launch(const AddModulateEpilogue<T, kGate, kWeight>& ep, const T* x, int64_
                     ep.mod_token_stride % W == 0 && ep.gate_batch_stride % W == 0 &&
                     ep.gate_token_stride % W == 0 &&
                     aligned16({ep.out, ep.h, x, ep.y, ep.gate, ep.scale, ep.shift, ep.weight});
-  // Where rms_norm_modulate runs its packed kernel: the 128-thread shape, which sums in its order.
-  const int group = ltx_adaln_shape<T, kWeight>(dim, ep.mod_token_stride, wide) ? 128 : 64;
-  launch_row_norm<T, 1>({{x}}, ep, rows, dim, eps, wide, stream, group);
+  // Where rms_norm_modulate runs its packed kernel (bf16, no weight, LTX's shape): the 128-thread
+  // shape, which sums in its order.
+  constexpr bool kMayPack = std::is_same_v<T, __nv_bfloat16> && !kWeight;
+  launch_row_norm<T, 1, kMayPack>({{x}}, ep, rows, dim, eps, wide, stream,
+                                  ltx_adaln_shape<T, kWeight>(dim, ep.mod_token_stride, wide));
 }
 
 }  // namespace

@@ -55,12 +55,10 @@ struct Modulation {
 // LTX-Video's AdaLN call: bf16 rows of 2048 on the wide path, one [B,1,D] scale/shift row per batch
 // (token stride 0), no weight. rms_norm_modulate runs its packed kernel there, and
 // add_rms_norm_modulate the generic kernel's 128-thread shape, which sums in the same order, so the
-// fused op equals gated_residual + rms_norm_modulate bit for bit. LTX_ROW_GROUP (a benchmarking
-// sweep of the generic shapes) switches it off for both.
+// fused op equals gated_residual + rms_norm_modulate bit for bit.
 template <class T, bool kWeight>
 bool ltx_adaln_shape(int64_t dim, int64_t token_stride, bool wide) {
-  return std::is_same_v<T, __nv_bfloat16> && !kWeight && wide && dim == 2048 && token_stride == 0 &&
-         row_group_override() == 0;
+  return std::is_same_v<T, __nv_bfloat16> && !kWeight && wide && dim == 2048 && token_stride == 0;
 }
 
 }  // namespace ltx_cuda::detail

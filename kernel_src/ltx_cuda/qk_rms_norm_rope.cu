@@ -13,6 +13,10 @@ template <class T>
 struct QkNormRopeEpilogue {
   static constexpr int kNarrow = 2;        // the fallback path still moves whole pairs
   static constexpr bool kPrefetch = true;  // cos/sin are 2/3 of the bytes read
+  static constexpr bool kResidual = false;
+  static constexpr bool kStreamX = false;
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kPairGroup = 128;  // 2 vectors of q and of k a thread
   T* q_out;
   T* k_out;
   const T* weight_q;

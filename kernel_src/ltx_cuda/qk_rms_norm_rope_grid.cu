@@ -27,14 +27,15 @@ __device__ __forceinline__ void sincos_fast(float x, float* s, float* c) {
 
 // The angles are ALU work: they are computed while x is in flight (kPrefetch: before the reduction),
 // and LTX-Video's width runs 256 threads with one vector of q and of k each (~60 registers), so more
-// warps hide it. H200, bf16 [2,6144,2048] (2026-11-30 sweep, us): this 67.1; 128 threads x 2
-// vectors 83.1, with the angles early 81.4, with fast trig 76.0 / early 72.6; 256 x 1 with precise
-// trig 88.1 / early 73.8, fast trig late 79.5. The table op (200 MB more to read) takes 93.3.
+// warps hide it (the variants timed: docs/kernels.md).
 template <class T, bool kFast>
 struct QkNormRopeGridEpilogue {
   static constexpr int kNarrow = 2;         // the fallback path still moves whole pairs
   static constexpr bool kPrefetch = true;   // weights, positions, freqs: L1 hits; the rest is ALU
   static constexpr int kPairGroup = 256;
+  static constexpr bool kResidual = false;
+  static constexpr bool kStreamX = false;
+  static constexpr int kMinBlocks = 1;
   T* q_out;
   T* k_out;
   const T* weight_q;

@@ -13,6 +13,9 @@ template <class T, bool kWeight>
 struct RmsNormEpilogue {
   static constexpr int kNarrow = 1;
   static constexpr bool kPrefetch = false;  // the weight row is an L1/L2 hit
+  static constexpr bool kResidual = false;
+  static constexpr bool kStreamX = false;
+  static constexpr int kMinBlocks = 1;
   T* out;
   const T* weight;  // used only when kWeight
   int64_t dim;

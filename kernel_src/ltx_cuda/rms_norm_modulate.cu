@@ -18,10 +18,11 @@ template <class T, bool kWeight>
 struct ModulateEpilogue {
   static constexpr int kNarrow = 1;
   static constexpr bool kPrefetch = false;  // [B,1,D] scale/shift rows are L1/L2 hits
+  static constexpr bool kResidual = false;
   // x skips L1 (so the scale/shift rows stay there) and y is stored evict-first, with registers
-  // capped at 8 blocks of 128 threads per SM (56 instead of 72). H200, bf16 [2,6144,2048]
-  // (2026-11-30): 29.1 us against 29.4-29.7 without (LTX's exact shape now takes `packed` below).
-  // With a weight the cap would spill (sm_90, bf16).
+  // capped at 8 blocks of 128 threads per SM (56 instead of 72): a little faster at LTX's shape
+  // before `packed` below took it over (docs/kernels.md). With a weight the cap would spill (sm_90,
+  // bf16).
   static constexpr bool kStreamX = true;
   static constexpr int kMinBlocks = kWeight ? 1 : 8;
   T* out;

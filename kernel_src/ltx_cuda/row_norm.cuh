@@ -7,6 +7,12 @@
 //   struct Ep {
 //     static constexpr int kNarrow;     // chunk width of the fallback path (2: whole RoPE pairs)
 //     static constexpr bool kPrefetch;  // Aux streams from HBM (cos/sin): load it together with x
+//     static constexpr bool kResidual;  // the residual prologue below (add_rms_norm_modulate)
+//     static constexpr bool kStreamX;   // load x with Vec::load_stream (skip L1) instead of Vec::load
+//     static constexpr int kMinBlocks;  // blocks per SM the registers must allow (shapes of <= 4
+//                                       // vectors a thread; 1 = no cap)
+//     static constexpr int kPairGroup;  // K = 2 only: threads per row for rows of 129..256 chunks,
+//                                       // 128 (2 vectors of q and of k) or 256 (1 vector)
 //     struct Row {...};                 // pointers to column `col0` of row r, computed once
 //     __device__ Row row(int64_t r, int64_t col0) const;
 //     template <int W> struct Aux {...};  // what it reads for W columns (weight, cos, ...)
@@ -18,13 +24,10 @@
 // per tensor. In the resident kernel `off` is a compile-time constant, so each access is one base
 // register plus an immediate offset.
 //
-// Optional launch shape (K = 2): `static constexpr int kPairGroup = 256;` runs rows of 129..256
-// chunks with 256 threads x 1 vector instead of 128 x 2 (qk_rms_norm_rope_grid, whose epilogue is
-// ALU work that more warps hide).
+// kPairGroup = 256 suits qk_rms_norm_rope_grid, whose epilogue is ALU work that more warps hide.
 //
-// Optional residual prologue (K = 1; add_rms_norm_modulate.cu): the row that is normalised is
-// h = x + y (* gate), which the op also returns. An epilogue opts in with kResidual = true (the
-// others need not declare it, see kHasResidual) and adds
+// Residual prologue (K = 1; add_rms_norm_modulate.cu): the row that is normalised is
+// h = x + y (* gate), which the op also returns. An epilogue with kResidual = true adds
 //     template <int W> struct Res {...};  // y (and gate) for W columns
 //     template <int W> __device__ void load_residual(const Row&, int64_t off, Res<W>&) const;
 //     template <int W> __device__ void residual(const Row&, int64_t off, const Res<W>&,
@@ -43,8 +46,6 @@
 // top: 106 -> 179 registers for bf16 modulate).
 #pragma once
 
-#include <cstdio>
-#include <cstdlib>
 #include <type_traits>
 
 #include "vec.cuh"
@@ -66,46 +67,12 @@ __host__ __device__ constexpr int block_threads(int group) { return group * rows
 // Chunks whose (L1/L2-resident) Aux a resident thread loads at once after the reduction.
 constexpr int kAuxBatch = 2;
 
-// True when Ep declares `static constexpr bool kResidual = true` (the residual prologue above);
-// epilogues without the member are plain row norms.
-template <class Ep, class = void>
-struct HasResidual : std::false_type {};
-template <class Ep>
-struct HasResidual<Ep, std::void_t<decltype(Ep::kResidual)>> : std::bool_constant<Ep::kResidual> {};
-template <class Ep>
-inline constexpr bool kHasResidual = HasResidual<Ep>::value;
-
 // Blocks per SM the resident kernel's registers must allow (__launch_bounds__'s second argument):
-// Ep::kMinBlocks when the epilogue declares it, for shapes of up to 4 vectors a thread; else 1.
-template <class Ep, class = void>
-struct MinBlocks {
-  static constexpr int value = 1;
-};
-template <class Ep>
-struct MinBlocks<Ep, std::void_t<decltype(Ep::kMinBlocks)>> {
-  static constexpr int value = Ep::kMinBlocks;
-};
+// the epilogue's kMinBlocks for shapes of up to 4 vectors a thread, else 1.
 template <class Ep, int kVecs>
 constexpr int min_blocks() {
-  return kVecs <= 4 ? MinBlocks<Ep>::value : 1;
+  return kVecs <= 4 ? Ep::kMinBlocks : 1;
 }
-
-// Whether the resident kernel loads x with Vec::load_stream (Ep::kStreamX = true), else Vec::load.
-template <class Ep, class = void>
-struct StreamX : std::false_type {};
-template <class Ep>
-struct StreamX<Ep, std::void_t<decltype(Ep::kStreamX)>> : std::bool_constant<Ep::kStreamX> {};
-
-// Threads per row for two-tensor rows (K = 2) of 129..256 16-byte chunks: Ep::kPairGroup when the
-// epilogue declares it (128 or 256), else 128 (2 vectors of q and of k a thread).
-template <class Ep, class = void>
-struct PairGroup {
-  static constexpr int value = 128;
-};
-template <class Ep>
-struct PairGroup<Ep, std::void_t<decltype(Ep::kPairGroup)>> {
-  static constexpr int value = Ep::kPairGroup;
-};
 
 // The resident kernels sum x^2 of a thread's chunks in two fmaf chains, the even and the odd columns
 // in chunk order, then add them: packed kernels that must give the same bits (rms_norm_modulate.cu)
@@ -143,13 +110,13 @@ __global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>(
     for (int j = 0; j < kVecs; ++j) {
       if (j >= n)
         x[k][j].zero();
-      else if constexpr (StreamX<Ep>::value)
+      else if constexpr (Ep::kStreamX)
         x[k][j].load_stream(xr + j * kStride);
       else
         x[k][j].load(xr + j * kStride);
     }
   }
-  if constexpr (kHasResidual<Ep>) {
+  if constexpr (Ep::kResidual) {
     static_assert(K == 1, "a residual prologue serves one tensor");
     typename Ep::template Res<W> res[kVecs];
 #pragma unroll
@@ -232,7 +199,7 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
       for (int k = 0; k < K; ++k) {
         Vec<T, W> x;
         x.load(in.x[k] + row * dim + c * W);
-        if constexpr (kHasResidual<Ep>) {
+        if constexpr (Ep::kResidual) {
           typename Ep::template Res<W> res;
           ep.load_residual(rp, c * W, res);
           ep.residual(rp, c * W, res, x);  // x := h (rounded), h stored
@@ -255,7 +222,7 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       Vec<T, W> x;
-      if constexpr (kHasResidual<Ep>)
+      if constexpr (Ep::kResidual)
         ep.reload(rp, c * W, x);  // this thread's own h from pass 1
       else
         x.load(in.x[k] + row * dim + c * W);
@@ -282,33 +249,17 @@ void launch_two_pass(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
       <<<grid, block_threads(kGroup), 0, stream>>>(in, ep, rows, dim, eps);
 }
 
-// LTX_ROW_GROUP=32|64|128|256 picks another launch shape for rows of 129..256 16-byte chunks (2048 bf16):
-// a hook for `hubkernels bench` sweeps on a new GPU, read once per process; unset = the tuned default (64).
-// Any other value is reported on stderr once and ignored, so a mistyped sweep does not pass for a result.
-inline int row_group_override() {
-  static const int value = [] {
-    const char* s = std::getenv("LTX_ROW_GROUP");
-    if (s == nullptr) return 0;
-    const int v = std::atoi(s);
-    if (v != 32 && v != 64 && v != 128 && v != 256) {
-      std::fprintf(stderr, "ltx_kernels: ignoring LTX_ROW_GROUP=%s (expected 32, 64, 128 or 256)\n", s);
-      return 0;
-    }
-    return v;
-  }();
-  return value;
-}
-
 // Picks the launch shape from dim. `wide`: every row-indexed pointer is 16-byte aligned and dim is
 // a multiple of kPack<T> (the caller checks its own pointers and strides). A thread holds at most
 // 8 16-byte vectors of x for K = 1 and 2 per tensor for K = 2 (where cos/sin, twice the bytes of
 // x, are in registers too): one warp per row up to 1024 bf16, two warps (4 vectors a lane) for
-// 1025..2048 bf16 (LTX's width: measured best on the H200), else 64..512 threads per row, else two passes.
-// `group` (K = 1): threads per row for that 1025..2048 class instead of 64, unless LTX_ROW_GROUP is
-// set; a caller that must sum in the order of a packed kernel of that shape passes it.
-template <class T, int K, class Ep>
+// 1025..2048 bf16 (LTX's width: the fastest of the four shapes timed, docs/kernels.md), else
+// 64..512 threads per row, else two passes. kPackedOrder (K = 1): the caller may pass
+// packed_order = true to get 128 threads x 2 vectors for that 1025..2048 class instead, which sums
+// in the order of rms_norm_modulate's packed kernel; other callers do not instantiate that shape.
+template <class T, int K, bool kPackedOrder = false, class Ep>
 void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
-                     bool wide, cudaStream_t stream, int group = 64) {
+                     bool wide, cudaStream_t stream, bool packed_order = false) {
   if (rows <= 0 || dim <= 0) return;  // a zero-size grid is a launch error
   if (!wide) {
     constexpr int N = Ep::kNarrow;
@@ -325,15 +276,10 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 128) return launch_resident<T, W, 32, 4>(in, ep, rows, dim, eps, stream);
     if (chunks <= 256) {
-      // LTX_ROW_GROUP: the benchmarking hook for threads per row of this (LTX) size class
-      switch (row_group_override() != 0 ? row_group_override() : group) {
-        case 32: return launch_resident<T, W, 32, 8>(in, ep, rows, dim, eps, stream);
-        case 128: return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
-        case 256: return launch_resident<T, W, 256, 1>(in, ep, rows, dim, eps, stream);
-        // H200, [2,6144,2048] bf16 (2026-11-29 sweep, us, rms/weight/modulate): 32x8 27.6/28.9/31.3,
-        // 64x4 27.6/28.5/29.8, 128x2 27.0/27.7/31.1, 256x1 28.7/30.1/35.2.
-        default: return launch_resident<T, W, 64, 4>(in, ep, rows, dim, eps, stream);
+      if constexpr (kPackedOrder) {
+        if (packed_order) return launch_resident<T, W, 128, 2>(in, ep, rows, dim, eps, stream);
       }
+      return launch_resident<T, W, 64, 4>(in, ep, rows, dim, eps, stream);
     }
     if (chunks <= 512) return launch_resident<T, W, 64, 8>(in, ep, rows, dim, eps, stream);
     if (chunks <= 1024) return launch_resident<T, W, 128, 8>(in, ep, rows, dim, eps, stream);
@@ -343,7 +289,7 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 32) return launch_resident<T, W, 32, 1>(in, ep, rows, dim, eps, stream);
     if (chunks <= 64) return launch_resident<T, W, 32, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 128) return launch_resident<T, W, 64, 2>(in, ep, rows, dim, eps, stream);
-    constexpr int kPair = PairGroup<Ep>::value;
+    constexpr int kPair = Ep::kPairGroup;
     static_assert(kPair == 128 || kPair == 256, "129..256 chunks: 128 or 256 threads per row");
     if (chunks <= 256) return launch_resident<T, W, kPair, 256 / kPair, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 512) return launch_resident<T, W, 256, 2>(in, ep, rows, dim, eps, stream);

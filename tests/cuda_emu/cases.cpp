@@ -1,8 +1,7 @@
 // The cases: every launcher of ltx_cuda.h on the CPU emulation (emu.h) against float64 references.
 //
-//   cuda-emu [SUITE ...]   suites: rms mod addmod gated gelu rope qk qkgrid empty rowgroup (default: all
-//                          but rowgroup, which holds the rows whose launch shape LTX_ROW_GROUP
-//                          picks), or one of fault-misaligned / -overflow / -deadlock / -race,
+//   cuda-emu [SUITE ...]   suites: rms mod addmod gated gelu rope qk qkgrid empty (default: all),
+//                          or one of fault-misaligned / -overflow / -deadlock / -race,
 //                          kernels with a bug that the emulation must report
 //                          (tests/test_cuda_emulation.py says how)
 //
@@ -357,7 +356,8 @@ static void check_gelu(DType dt, int64_t n, int off = 0) {
   std::vector<double> ref(n);
   for (int64_t i = 0; i < n; ++i) {
     const double v = x.get(i);
-    ref[i] = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    // At -inf the formula is -inf * 0; gelu's limit there (and torch's for finite x < -11) is -0.
+    ref[i] = v == -INFINITY ? -0.0 : 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
   }
   compare(what, out, ref, {&x});
 }
@@ -594,20 +594,6 @@ static void suite_empty() {
   }
 }
 
-// Rows of 129..256 vectors (2048 bf16), the size class whose launch shape LTX_ROW_GROUP overrides:
-// run under each value of it.
-static void suite_rowgroup() {
-  for (DType dt : kDtypes)
-    for (int64_t v : {129, 200, 256})
-      for (bool w : {false, true}) {
-        check_rms(dt, v == 256 ? 203 : 5, v * pack(dt), w);
-        check_modulate(dt, 2, 5, v * pack(dt), 0, w);
-        check_modulate(dt, 2, 3, v * pack(dt), 2, w);
-        check_add_modulate(dt, 2, 5, v * pack(dt), 0, -1, w);
-        check_add_modulate(dt, 2, 3, v * pack(dt), 2, 1, w);
-      }
-}
-
 // ---- fault self-tests: each must end in the report named in harness.py -------------------------
 
 namespace selftest {
@@ -658,7 +644,6 @@ int main(int argc, char** argv) {
       {"rms", suite_rms},   {"mod", suite_mod}, {"addmod", suite_addmod}, {"gated", suite_gated},
       {"gelu", suite_gelu}, {"rope", suite_rope}, {"qk", suite_qk},       {"qkgrid", suite_qkgrid},
       {"empty", suite_empty},
-      {"rowgroup", suite_rowgroup},
   };
   std::vector<std::string> run(argv + 1, argv + argc);
   if (run.empty()) run = {"rms", "mod", "addmod", "gated", "gelu", "rope", "qk", "qkgrid", "empty"};

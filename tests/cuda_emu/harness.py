@@ -319,17 +319,11 @@ class RunResult:
         return self.checks - self.failed
 
 
-def run(binary: Path, suites: list[str] | None = None, *, row_group: int | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S) -> RunResult:
-    """Runs the given suites (all but the fault self-tests when None); LTX_ROW_GROUP=row_group."""
-    env = dict(os.environ)
-    env.pop("LTX_ROW_GROUP", None)
-    if row_group is not None:
-        env["LTX_ROW_GROUP"] = str(row_group)
+def run(binary: Path, suites: list[str] | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> RunResult:
+    """Runs the given suites (all but the fault self-tests when None)."""
     t0 = time.perf_counter()
     try:
-        r = subprocess.run([str(binary), *(suites or [])], capture_output=True, text=True,
-                           env=env, timeout=timeout)
+        r = subprocess.run([str(binary), *(suites or [])], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise HarnessError(
             f"the emulation ran past {timeout:.0f} s: a __syncthreads or shuffle that some threads "
@@ -363,30 +357,12 @@ def run(binary: Path, suites: list[str] | None = None, *, row_group: int | None 
     return result
 
 
-def row_groups(repo: Path) -> tuple[int, ...]:
-    """The LTX_ROW_GROUP values the CUDA sources handle (`case N:` of the switch on
-    row_group_override()) or document (`LTX_ROW_GROUP=64|128|256`); () without the hook."""
-    values: set[int] = set()
-    for path in cuda_sources(repo):
-        text = path.read_text() if path.is_file() else ""
-        for m in re.finditer(r"LTX_ROW_GROUP=([\d|]+)", text):
-            values.update(int(v) for v in m[1].split("|") if v)
-        for m in re.finditer(r"switch\s*\(\s*row_group_override\(\)\s*\)\s*\{", text):
-            depth, end = 0, m.end() - 1
-            for end in range(m.end() - 1, len(text)):
-                depth += {"{": 1, "}": -1}.get(text[end], 0)
-                if depth == 0:
-                    break
-            values.update(int(v) for v in re.findall(r"\bcase\s+(\d+)\s*:", text[m.end() : end]))
-    return tuple(sorted(values))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=HERE.parent.parent)
     parser.add_argument("--cache", type=Path, default=None,
                         help="where objects and the binary are kept (default: REPO/_build/cuda_emu)")
-    parser.add_argument("suites", nargs="*", help="rms mod addmod gated gelu rope qk qkgrid empty rowgroup (default: all)")
+    parser.add_argument("suites", nargs="*", help="rms mod addmod gated gelu rope qk qkgrid empty (default: all)")
     args = parser.parse_args(argv)
     repo = args.repo.resolve()
     tc = find_toolchain()
@@ -396,23 +372,16 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     binary = build(repo, args.cache or repo / "_build" / "cuda_emu", tc)
     print(f"built {binary} in {time.perf_counter() - t0:.1f} s")
-    runs = [(None, run(binary, args.suites))]
-    if not args.suites or "rowgroup" in args.suites:
-        runs += [(g, run(binary, ["rowgroup"], row_group=g)) for g in row_groups(repo)]
-    ok = True
-    launched: dict[str, int] = {}
-    for group, res in runs:
-        label = "default launch shapes" if group is None else f"LTX_ROW_GROUP={group}"
-        worst = ", ".join(f"{dt} {r:.2f}" for dt, r in sorted(res.worst.items()))
-        print(f"{label}: {res.passed} passed, {res.failed} failed, {res.launches} launches, "
-              f"largest error / tolerance: {worst} ({res.seconds:.1f} s)")
-        for f in res.failures:
-            print("  " + f)
-        if res.returncode != 0 and not res.failures:
-            print(f"  died in: {res.last_case}\n{res.output[-4000:]}")
-        ok &= res.returncode == 0 and res.failed == 0 and res.checks > 0
-        for name, n in res.kernels.items():
-            launched[name] = launched.get(name, 0) + n
+    res = run(binary, args.suites)
+    worst = ", ".join(f"{dt} {r:.2f}" for dt, r in sorted(res.worst.items()))
+    print(f"{res.passed} passed, {res.failed} failed, {res.launches} launches, "
+          f"largest error / tolerance: {worst} ({res.seconds:.1f} s)")
+    for f in res.failures:
+        print("  " + f)
+    if res.returncode != 0 and not res.failures:
+        print(f"  died in: {res.last_case}\n{res.output[-4000:]}")
+    ok = res.returncode == 0 and res.failed == 0 and res.checks > 0
+    launched = dict(res.kernels)
     never = sorted(name for name, n in launched.items() if n == 0)
     if not args.suites:
         print(f"{len(launched) - len(never)} of {len(launched)} kernel instantiations launched")
