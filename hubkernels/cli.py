@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .errors import HubkernelsError
+from .errors import HubkernelsError, UsageError
 
 #: Modules that add their own subcommands through `register_cli(subparsers)`.
 _PLUGGABLE = ("hubkernels.server", "hubkernels.publish", "hubkernels.fetch", "hubkernels.bench", "hubkernels.demo",
@@ -21,6 +21,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    if args.matrix or args.torch or args.cuda:
+        return _cmd_build_matrix(args)
     from .build import build
 
     result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
@@ -32,6 +34,21 @@ def _cmd_build(args: argparse.Namespace) -> int:
         portable = not any(p.startswith("manylinux") for so in result.path.glob("*.so") for p in check_abi(so))
         print(build_wheel(result.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
     return 0
+
+
+def _cmd_build_matrix(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan, run_matrix
+
+    if args.wheel:
+        raise UsageError("--wheel packs one variant; build the matrix first, then pack a variant with --wheel")
+    config = load_config(args.path)
+    jobs = plan(config, args.torch or DEFAULT_TORCH, args.cuda or DEFAULT_CUDA,
+                [args.backend] if args.backend else None)
+    outcomes = run_matrix(args.path, jobs, say=lambda line: print(line, file=sys.stderr, flush=True),
+                          jobs_per_build=args.jobs)
+    print(format_table(outcomes))
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
 
 
 def _cmd_variants(args: argparse.Namespace) -> int:
@@ -75,6 +92,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="show every compiler command")
     p.add_argument("--wheel", action="store_true", help="also package the variant as a wheel")
     p.add_argument("--wheel-dir", default="dist", help="where wheels go (default: dist/)")
+    p.add_argument("--matrix", action="store_true",
+                   help="build every variant build.toml allows for the default torch and CUDA versions, each in an "
+                        "isolated, cached toolchain from the package index")
+    p.add_argument("--torch", nargs="+", metavar="M.m", help="build for these torch versions (isolated toolchains)")
+    p.add_argument("--cuda", nargs="+", metavar="M.m", help="build for these CUDA versions (isolated toolchains)")
     p.set_defaults(func=_cmd_build)
     p = sub.add_parser("variants", help="list the variants this system accepts and how each build resolves")
     p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml)")

@@ -49,3 +49,12 @@ def version_freshness_s() -> float:
         return float(os.environ.get("HUBKERNELS_VERSION_TTL", "600"))
     except ValueError:
         return 600.0
+
+
+def toolchain_dir() -> Path:
+    """`HUBKERNELS_TOOLCHAINS`: where isolated build toolchains are cached (default ~/.cache/hubkernels/toolchains)."""
+    value = os.environ.get("HUBKERNELS_TOOLCHAINS")
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hubkernels" / "toolchains"
