@@ -1,7 +1,10 @@
 """Compile one native module from a JSON spec with torch.utils.cpp_extension (run by `hubkernels build`).
 
 Runs in its own process so compiler output streams to the caller and a failed build leaves the builder
-process clean. Uses setuptools' build_ext with torch's BuildExtension, which drives ninja.
+process clean. Uses setuptools' build_ext with torch's BuildExtension, which drives ninja, minus its
+`TORCH_API_INCLUDE_EXTENSION_H` define: that define makes `<torch/torch.h>` pull in pybind11 and the full
+Python API, which the limited API of an `.abi3.so` lacks (kernel-builder's CMake flow never sets it).
+Failures end with one `error:` line and exit 1, never a Python traceback.
 """
 
 from __future__ import annotations
@@ -9,12 +12,22 @@ from __future__ import annotations
 import json
 import sys
 
+_DROPPED_FLAGS = ("-DTORCH_API_INCLUDE_EXTENSION_H",)
+
 
 def main(spec_path: str) -> None:
     from setuptools import setup
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    spec = json.loads(open(spec_path).read())
+    class KernelBuildExtension(BuildExtension):  # type: ignore[misc]
+        """BuildExtension without the flags that tie a module to torch's Python bindings."""
+
+        def _add_compile_flag(self, extension, flag):  # type: ignore[no-untyped-def]
+            if flag not in _DROPPED_FLAGS:
+                super()._add_compile_flag(extension, flag)
+
+    with open(spec_path) as f:
+        spec = json.load(f)
     make = CUDAExtension if spec["cuda"] else CppExtension
     ext = make(
         name=spec["name"],
@@ -27,10 +40,18 @@ def main(spec_path: str) -> None:
     setup(
         name=spec["name"],
         ext_modules=[ext],
-        cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+        cmdclass={"build_ext": KernelBuildExtension.with_options(use_ninja=True)},
         script_args=["-q", "build_ext", "--build-lib", spec["build_lib"], "--build-temp", spec["build_temp"]],
     )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    try:
+        main(sys.argv[1])
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            print(f"error: {e.code}" if isinstance(e.code, str) else f"error: exit status {e.code}", flush=True)
+            raise SystemExit(1) from None
+    except BaseException as e:  # noqa: BLE001  (the compiler's output is above; a traceback adds nothing)
+        print(f"error: {type(e).__name__}: {e}", flush=True)
+        raise SystemExit(1) from None

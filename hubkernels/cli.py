@@ -23,16 +23,21 @@ class _Parser(argparse.ArgumentParser):
 def _cmd_build(args: argparse.Namespace) -> int:
     if args.matrix or args.torch or args.cuda:
         return _cmd_build_matrix(args)
-    from .build import build
+    from .build import CompileError, build
 
-    result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
-    print(result.path)
-    if args.wheel:
-        from .build import check_abi
-        from .wheel import build_wheel
+    try:
+        result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
+    except CompileError as e:  # the compiler's own output, then exit 1 (a bad input or setup exits 2)
+        print(f"hubkernels build: error: {e}", file=sys.stderr)
+        return 1
+    for built in (result, *result.also):
+        print(built.path)
+        if args.wheel:
+            from .build import check_abi
+            from .wheel import build_wheel
 
-        portable = not any(p.startswith("manylinux") for so in result.path.glob("*.so") for p in check_abi(so))
-        print(build_wheel(result.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
+            portable = not any(p.startswith("manylinux") for so in built.path.glob("*.so") for p in check_abi(so))
+            print(build_wheel(built.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
     return 0
 
 

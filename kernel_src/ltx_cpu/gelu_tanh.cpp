@@ -1,5 +1,7 @@
 // one contiguous pass over [begin, end): gelu_tanh(x) = x * sigmoid(2u) = x / (1 + exp(-2u)),
 // u = sqrt(2/pi) * (x + 0.044715 x^3), with a branch-free fp32 exp so the loop vectorises.
+#include <limits>
+
 #include "convert.h"
 
 namespace ltx_cpu {
@@ -30,16 +32,23 @@ LTX_INLINE float exp_fp32(float v) {
 constexpr double kSqrt2OverPi = 0.797884560802865355879892119868763737;
 constexpr double kCubic = 0.044715;
 
-// fp32: x * sigmoid(2u) through the vectorisable exp above.
+// Below this, gelu_tanh(x) = x * sigmoid(2u) rounds to -0 in fp32 (|result| < 2^-150 from
+// x = -11 down), and so does the limit at -inf; above it the quotient below is used.
+constexpr float kUnderflowBelow = -11.0f;
+
+// fp32: x * sigmoid(2u) through the vectorisable exp above; -0 below kUnderflowBelow (-inf
+// included, where the quotient would be -inf / finite), NaN stays NaN, +inf stays +inf.
 LTX_INLINE float gelu_tanh_value(float v) {
   const float u = float(kSqrt2OverPi) * (v + float(kCubic) * v * v * v);
-  return v / (1.0f + exp_fp32(-2.0f * u));
+  const float y = v / (1.0f + exp_fp32(-2.0f * u));
+  return v < kUnderflowBelow ? -0.0f : y;
 }
 
 // fp64 (gradcheck only): the textbook formula with libm's tanh (a symbol old enough for
-// manylinux_2_28, unlike exp).
+// manylinux_2_28, unlike exp); at -inf, 0.5 * x * (1 + tanh) would be -inf * 0, so the limit -0.
 LTX_INLINE double gelu_tanh_value(double v) {
-  return 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v)));
+  const double y = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v)));
+  return v < -std::numeric_limits<double>::max() ? -0.0 : y;
 }
 
 template <typename T>

@@ -27,17 +27,21 @@ __device__ __forceinline__ float exp2_approx(float t) {
 // exp(-2u) = 2^(kC (x + b x^3)) in one ex2 with the constants folded, and a fast reciprocal
 // (relative error ~1e-6, far below the output's rounding): about 12 instructions per element
 // including the conversions, so the kernel stays memory-bound.
+// The numerator is max(x, -FLT_MAX) (one FMNMX): at x = -inf the quotient is then
+// -FLT_MAX / inf = -0, the limit, instead of -inf / inf = NaN; a NaN x still gives NaN through the
+// denominator, +inf stays +inf, and every finite x is unchanged.
 template <class T>
 __device__ __forceinline__ float gelu_tanh_f32(float x) {
   constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
   constexpr float kBeta = 0.044715f;
+  const float num = fmaxf(x, -3.402823466e38f);
   if constexpr (std::is_same_v<T, float>) {
     const float u = kAlpha * fmaf(kBeta * x, x * x, x);
-    return x / (1.0f + expf(-2.0f * u));
+    return num / (1.0f + expf(-2.0f * u));
   } else {
     constexpr float kC = -2.0f * kAlpha * 1.4426950408889634f;   // -2 sqrt(2/pi) log2(e)
     const float e = exp2_approx(x * fmaf(kC * kBeta, x * x, kC));  // exp(-2u)
-    return __fdividef(x, 1.0f + e);
+    return __fdividef(num, 1.0f + e);
   }
 }
 

@@ -1,8 +1,9 @@
 """LTX-Video's normalisation, modulation, RoPE and activation ops as fused CPU and CUDA kernels.
 
 Every function is out-of-place: it returns new tensors and never writes its inputs. Arithmetic runs
-in fp32 (fp64 for fp64 inputs on CPU) with one rounding per output. x-like inputs must be contiguous;
-modulation and gate tensors may be strided views such as ``ada.unbind(2)`` (read in place). The ops
+in fp32 (fp64 for fp64 inputs on CPU) with one rounding per output. Any strided input is accepted, as by
+PyTorch's own ops: modulation and gate views such as ``ada.unbind(2)`` are read in place, other views
+are copied to contiguous memory first; outputs are contiguous. The ops
 are registered with fake implementations, so ``torch.compile(fullgraph=True)`` traces them without
 graph breaks, and rms_norm, rms_norm_modulate, add_rms_norm_modulate, gelu_tanh and gated_residual
 have autograd.

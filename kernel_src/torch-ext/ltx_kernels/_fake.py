@@ -2,7 +2,8 @@
 
 They check arguments with the same rules as torch_binding.cpp, so a mistake is reported
 while tracing (and for mixed-device calls, which dispatch here) instead of deep inside a compiled
-graph, and they return empty tensors of the shapes the kernels produce.
+graph, and they return empty tensors of the shapes and (contiguous) strides the kernels produce.
+Strided inputs are fine: the kernels copy what they cannot read in place.
 """
 
 from __future__ import annotations
@@ -20,19 +21,28 @@ def _fail(op: str, message: str) -> None:
     raise RuntimeError(f"ltx_kernels.{op}: {message}")
 
 
+def _check_given(op: str, t: Optional[torch.Tensor], name: str) -> None:
+    if t is None:
+        _fail(op, f"{name} is None but must be a tensor")
+
+
 def _check_input(op: str, x: torch.Tensor, name: str) -> None:
+    _check_given(op, x, name)
     if x.dim() < 1:
         _fail(op, f"{name} must have at least one dimension (the hidden size), got a 0-d tensor")
     cpu_like = x.device.type in ("cpu", "meta")
     if not (x.dtype in _DTYPES or (cpu_like and x.dtype == torch.float64)):
         supported = "float32, float16, bfloat16 (and float64 on CPU)" if cpu_like else "float32, float16 and bfloat16"
         _fail(op, f"{name} has dtype {x.dtype}; supported are {supported}")
-    if not x.is_contiguous():
-        _fail(op, f"{name} must be contiguous (got shape {list(x.shape)} with strides {list(x.stride())}); "
-                  f"pass {name}.contiguous()")
+
+
+def _out(x: torch.Tensor) -> torch.Tensor:
+    """An output of the kernels: x's shape, dtype and device, contiguous (whatever x's strides)."""
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 def _check_device(op: str, x: torch.Tensor, t: torch.Tensor, name: str, x_name: str = "x") -> None:
+    _check_given(op, t, name)
     if t.device != x.device:
         _fail(op, f"{name} is on {t.device} but {x_name} is on {x.device}; move all arguments to the same device")
 
@@ -48,8 +58,6 @@ def _check_weight(op: str, x: torch.Tensor, w: torch.Tensor, name: str, x_name: 
     dim = x.shape[-1]
     if w.dim() != 1 or w.shape[0] != dim:
         _fail(op, f"{name} has shape {list(w.shape)} but must be [{dim}] (the last dimension of {x_name})")
-    if not w.is_contiguous():
-        _fail(op, f"{name} must be contiguous; pass {name}.contiguous()")
 
 
 def _check_bsd(op: str, x: torch.Tensor) -> None:
@@ -93,8 +101,6 @@ def _check_float_table(op: str, q: torch.Tensor, t: torch.Tensor, name: str, sha
     if list(t.shape) != list(shape):
         _fail(op, f"{name} has shape {list(t.shape)} but must be {list(shape)} ({what} for q of shape "
                   f"{list(q.shape)})")
-    if not t.is_contiguous():
-        _fail(op, f"{name} must be contiguous; pass {name}.contiguous()")
 
 
 def _check_rope(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -108,7 +114,7 @@ def _rms_norm_fake(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) 
     _check_input("rms_norm", x, "x")
     if weight is not None:
         _check_weight("rms_norm", x, weight, "weight")
-    return torch.empty_like(x)
+    return _out(x)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm_modulate"))
@@ -121,20 +127,20 @@ def _rms_norm_modulate_fake(x: torch.Tensor, scale: torch.Tensor, shift: torch.T
     _check_broadcast_rows(op, x, shift, "shift")
     if weight is not None:
         _check_weight(op, x, weight, "weight")
-    return torch.empty_like(x)
+    return _out(x)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk"))
 def _rope_interleaved_qk_fake(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
                               sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _check_rope("rope_interleaved_qk", q, k, cos, sin)
-    return torch.empty_like(q), torch.empty_like(k)
+    return _out(q), _out(k)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gelu_tanh"))
 def _gelu_tanh_fake(x: torch.Tensor) -> torch.Tensor:
     _check_input("gelu_tanh", x, "x")
-    return torch.empty_like(x)
+    return _out(x)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("add_rms_norm_modulate"))
@@ -151,7 +157,7 @@ def _add_rms_norm_modulate_fake(x: torch.Tensor, y: torch.Tensor, scale: torch.T
         _check_broadcast_rows(op, x, gate, "gate")
     if weight is not None:
         _check_weight(op, x, weight, "weight")
-    return torch.empty_like(x), torch.empty_like(x)
+    return _out(x), _out(x)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("gated_residual"))
@@ -161,7 +167,7 @@ def _gated_residual_fake(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -
     _check_bsd(op, x)
     _check_residual(op, x, y)
     _check_broadcast_rows(op, x, gate, "gate")
-    return torch.empty_like(x)
+    return _out(x)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("qk_rms_norm_rope"))
@@ -171,7 +177,7 @@ def _qk_rms_norm_rope_fake(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Ten
     _check_rope(op, q, k, cos, sin)
     _check_weight(op, q, weight_q, "weight_q", "q")
     _check_weight(op, q, weight_k, "weight_k", "q")
-    return torch.empty_like(q), torch.empty_like(k)
+    return _out(q), _out(k)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("qk_rms_norm_rope_grid"))
@@ -183,4 +189,4 @@ def _qk_rms_norm_rope_grid_fake(q: torch.Tensor, k: torch.Tensor, weight_q: torc
     _check_weight(op, q, weight_k, "weight_k", "q")
     _check_float_table(op, q, pos, "pos", [*q.shape[:-1], 3], "positions (frame, height, width per token)")
     _check_float_table(op, q, freqs, "freqs", [q.shape[-1] // 6], "RoPE frequencies (hidden size / 6)")
-    return torch.empty_like(q), torch.empty_like(k)
+    return _out(q), _out(k)
