@@ -35,6 +35,8 @@ _EXPORTS = {
         "MetadataError")},
     "KernelDependencyError": "hubkernels.kernel_deps",
     "CompileError": "hubkernels.build",
+    "ToolchainError": "hubkernels.toolchain",
+    "ToolchainUnavailable": "hubkernels.toolchain",
     "TokenError": "hubkernels.server.auth",
     "ServeError": "hubkernels.server.background",
     "XetFormatError": "hubkernels.server.xet_format",

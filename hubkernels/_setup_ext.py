@@ -28,7 +28,19 @@ def main(spec_path: str) -> None:
 
     with open(spec_path) as f:
         spec = json.load(f)
-    make = CUDAExtension if spec["cuda"] else CppExtension
+    import os
+
+    import torch
+
+    # A stable-ABI CUDA module links only the CUDA runtime besides torch: built against a CPU torch's stable headers
+    # (any torch from its target on serves it), it must not ask for torch's CUDA libraries.
+    stable_cuda = spec["cuda"] and spec.get("stable") and torch.version.cuda is None
+    make = CUDAExtension if spec["cuda"] and not stable_cuda else CppExtension
+    extra: dict = {}
+    if stable_cuda:
+        home = os.environ.get("CUDA_HOME", "")
+        extra = {"libraries": ["cudart"], "library_dirs": [d for d in (f"{home}/lib64", f"{home}/lib")
+                                                           if os.path.isdir(d)]}
     ext = make(
         name=spec["name"],
         sources=spec["sources"],
@@ -36,6 +48,7 @@ def main(spec_path: str) -> None:
         extra_compile_args={"cxx": spec["cxx"], "nvcc": spec["nvcc"]} if spec["cuda"] else {"cxx": spec["cxx"]},
         extra_link_args=spec.get("link", []),
         py_limited_api=True,
+        **extra,
     )
     setup(
         name=spec["name"],

@@ -54,3 +54,12 @@ def version_freshness_s() -> float:
 def build_from_source() -> bool:
     """`HUBKERNELS_BUILD=auto`: when no published variant fits this machine, build the published source here."""
     return os.environ.get("HUBKERNELS_BUILD", "").strip().lower() in {"auto", "1", "true", "yes", "on"}
+
+
+def toolchain_dir() -> Path:
+    """`HUBKERNELS_TOOLCHAINS`: where isolated build toolchains are cached (default ~/.cache/hubkernels/toolchains)."""
+    value = os.environ.get("HUBKERNELS_TOOLCHAINS")
+    if value:
+        return Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "hubkernels" / "toolchains"

@@ -79,8 +79,10 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
     compiled.append(glibc_compat(work))
     lib_dir, tmp_dir = work / "lib", work / "obj"
     lib_dir.mkdir(parents=True, exist_ok=True)
+    if backend == "cuda" and stable_abi and env.get("CUDA_HOME"):
+        includes.append(Path(env["CUDA_HOME"]) / "include")  # the host compile of the binding sees cuda_runtime.h
     spec = {"name": name, "sources": [str(s) for s in compiled], "include_dirs": [str(i) for i in includes],
-            "cxx": cxx_flags, "nvcc": nvcc_flags, "cuda": backend == "cuda",
+            "cxx": cxx_flags, "nvcc": nvcc_flags, "cuda": backend == "cuda", "stable": bool(stable_abi),
             "build_lib": str(lib_dir), "build_temp": str(tmp_dir),
             "link": ["-fopenmp"] if "-fopenmp" in cxx_flags else []}
     (work / "spec.json").write_text(json.dumps(spec, indent=2))

@@ -6,7 +6,9 @@ Each check fails with a `BuildError` of one line that names the fix, before any 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from ..config import BuildConfig
@@ -67,11 +69,33 @@ def stable_abi(config: BuildConfig, backend: str, system: System) -> tuple[int, 
 
 def variant_for(system: System, backend: str, target: tuple[int, int] | None) -> Variant:
     """The variant a compiled build of `backend` on this system produces (stable-ABI when `target` is set)."""
+    if target is not None and backend == "cuda" and system.backend != "cuda":
+        # a stable-ABI binary needs torch's stable headers only, so a CPU torch and any nvcc build it; its CUDA
+        # version is the toolkit's
+        home = cuda_home()
+        if home is None:
+            raise BuildError("no CUDA toolkit found for the stable-ABI CUDA build (nvcc is not on PATH and CUDA_HOME "
+                             "is unset): install one (or the nvidia-cuda-nvcc wheel) and set CUDA_HOME")
+        cpu = system.build_variant("cpu")
+        return Variant("stable-abi", backend, target, None, nvcc_version(home), cpu.cpu, cpu.os)
     check_backend_toolkit(system, backend)
     full = system.build_variant(backend)
     if target is None:
         return full
     return Variant("stable-abi", backend, target, None, full.backend_version, full.cpu, full.os)
+
+
+def nvcc_version(home: Path) -> tuple[int, int]:
+    """The (major, minor) release of the nvcc in `home`."""
+    try:
+        out = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True,
+                             timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"{home}/bin/nvcc does not run ({e}): check the CUDA toolkit") from None
+    found = re.search(r"release (\d+)\.(\d+)", out)
+    if not found:
+        raise BuildError(f"{home}/bin/nvcc --version does not name a release: check the CUDA toolkit")
+    return int(found.group(1)), int(found.group(2))
 
 
 def check_backend_toolkit(system: System, backend: str) -> None:

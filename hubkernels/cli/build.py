@@ -16,12 +16,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-v", "--verbose", action="store_true", help="show every compiler command")
     p.add_argument("--wheel", action="store_true", help="also package the variant as a wheel")
     p.add_argument("--wheel-dir", default="dist", help="where wheels go (default: dist/)")
+    p.add_argument("--matrix", action="store_true",
+                   help="build every variant build.toml allows for the default torch and CUDA versions, each in an "
+                        "isolated, cached toolchain from the package index")
+    p.add_argument("--torch", nargs="+", metavar="M.m", help="build for these torch versions (isolated toolchains)")
+    p.add_argument("--cuda", nargs="+", metavar="M.m", help="build for these CUDA versions (isolated toolchains)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
+    if args.matrix or args.torch or args.cuda:
+        return run_matrix(args)
     from ..build import CompileError, build, check_abi
 
     try:
@@ -37,3 +44,23 @@ def run(args: argparse.Namespace) -> int:
             portable = not any(p.startswith("manylinux") for so in built.path.glob("*.so") for p in check_abi(so))
             print(build_wheel(built.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
     return 0
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    """`--matrix`, `--torch`, `--cuda`: every variant asked for, each in its own toolchain; a table at the end."""
+    import sys
+
+    from ..config import load_config
+    from ..errors import UsageError
+    from ..matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan
+    from ..matrix import run_matrix as run_jobs
+
+    if args.wheel:
+        raise UsageError("--wheel packs one variant; build the matrix first, then pack a variant with --wheel")
+    jobs = plan(load_config(args.path), args.torch or DEFAULT_TORCH, args.cuda or DEFAULT_CUDA,
+                [args.backend] if args.backend else None)
+    outcomes = run_jobs(args.path, jobs, say=lambda line: print(line, file=sys.stderr, flush=True),
+                        jobs_per_build=args.jobs)
+    print(format_table(outcomes))
+    return 1 if any(o.status == "failed" for o in outcomes) else 0
+
