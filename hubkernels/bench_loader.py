@@ -2,12 +2,12 @@
 
     python -m hubkernels.bench_loader [PATH] [--runs 7] [--output .bench/loader.json]
 
-Starts the local Hub in a temporary directory, builds the kernel at PATH (default: this checkout's ltx-kernels)
-for this machine, publishes it, then loads it in new Python processes with each loader. Each process imports
-torch first and times `get_kernel(repo, version=1)` from there (importing the loader included), so the numbers
-are "time over the torch import". Requests are read from the Hub's own log; huggingface_hub's once-a-day
-telemetry registry (`/api/agent-harnesses`) is reported apart. Cold: an empty cache per process. Warm: the cache
-filled by a cold run. "again" is a second `get_kernel` call in the same process.
+Starts the local Hub in a temporary directory, builds the kernel at PATH (default: the current directory) for
+this machine, publishes it as `hubkernels/<name>`, then loads it in new Python processes with each loader.
+Each process imports torch first and times `get_kernel(repo, version=1)` from there (importing the loader
+included), so the numbers are "time over the torch import". Requests are read from the Hub's own log;
+huggingface_hub's once-a-day telemetry registry (`/api/agent-harnesses`) is reported apart. Cold: an empty
+cache per process. Warm: the cache filled by a cold run. "again" is a second `get_kernel` call in the same process.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
-
-REPO_ID = "hubkernels/ltx-kernels"
 
 _CHILD = """
 import json, sys, time
@@ -106,8 +104,11 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
     for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HUBKERNELS_CACHE", "KERNELS_CACHE", "HUBKERNELS_VERSION_TTL"):
         os.environ.pop(name, None)
     from .build import build
+    from .config import load_config
     from .load import resolve_local
     from .publish import upload
+
+    repo_id = f"hubkernels/{load_config(path).name}"
 
     if rebuild:
         built = build(path, quiet=True)
@@ -118,13 +119,13 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
     with hub:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # dirty work trees warn; the benchmark does not care
-            upload(path, repo_id=REPO_ID, variants=[variant])
+            upload(path, repo_id=repo_id, variants=[variant])
         results: dict[str, Any] = {}
         for loader in LOADERS:
-            cold = [_run(loader, REPO_ID, work / f"{loader}-cold-{i}", hub) for i in range(runs)]
+            cold = [_run(loader, repo_id, work / f"{loader}-cold-{i}", hub) for i in range(runs)]
             warm_cache = work / f"{loader}-warm"
-            _run(loader, REPO_ID, warm_cache, hub)  # fill the cache
-            warm = [_run(loader, REPO_ID, warm_cache, hub) for _ in range(runs)]
+            _run(loader, repo_id, warm_cache, hub)  # fill the cache
+            warm = [_run(loader, repo_id, warm_cache, hub) for _ in range(runs)]
             results[loader] = {"cold": _summary(cold), "warm": _summary(warm)}
     import huggingface_hub
     import torch

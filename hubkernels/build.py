@@ -24,6 +24,7 @@ from ._version import __version__
 from .config import BuildConfig, load_config
 from .digest import hash_variant
 from .errors import BuildError
+from .layout import ships
 from .metadata import Metadata
 from .platform import System, Variant
 
@@ -127,7 +128,7 @@ def _package_files(config: BuildConfig) -> list[Path]:
     files = []
     for p in sorted(pkg.rglob("*")):
         rel = p.relative_to(pkg)
-        if p.is_file() and "__pycache__" not in rel.parts and p.suffix.lstrip(".") in exts and rel.as_posix() != "_ops.py":
+        if p.is_file() and ships(rel.as_posix()) and p.suffix.lstrip(".") in exts and rel.as_posix() != "_ops.py":
             files.append(p)
     return files
 

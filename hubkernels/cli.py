@@ -36,7 +36,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_variants(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .load import variant_dirs
+    from .layout import variant_dirs
     from .platform import System
     from .variants import resolve, system_variants
 

@@ -137,7 +137,8 @@ def _check_ltx(kernel: Any, steps: _Steps) -> tuple[dict[str, int], str]:
     import torch
 
     from .integrations import diffusers as hd
-    from .integrations.ltx_bench import build_ltx, ltx_inputs
+
+    build_ltx, ltx_inputs = _ltx_forward().build_ltx, _ltx_forward().ltx_inputs
 
     details = []
     replaced: dict[str, int] = {}
@@ -162,7 +163,7 @@ def _check_ltx(kernel: Any, steps: _Steps) -> tuple[dict[str, int], str]:
 def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, str]:
     import torch
 
-    from .integrations.ltx_bench import format_results, time_ltx_forward
+    format_results, time_ltx_forward = _ltx_forward().format_results, _ltx_forward().time_ltx_forward
 
     modes = ["eager", "eager+kernels"] + (["compile", "compile+kernels"] if args.compile else [])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -172,6 +173,13 @@ def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, 
     speed = m["eager"]["median_ms"] / m["eager+kernels"]["median_ms"]
     return format_results(result), f"eager {m['eager']['median_ms']:.1f} ms, with kernels " \
                                    f"{m['eager+kernels']['median_ms']:.1f} ms ({speed:.2f}x)"
+
+
+def _ltx_forward() -> Any:
+    """This checkout's benchmarks/ltx_forward.py: the LTX-Video model, its inputs and the forward timing."""
+    from .bench import load_script
+
+    return load_script(ROOT / "benchmarks" / "ltx_forward.py", "ltx_forward")
 
 
 def _parser() -> argparse.ArgumentParser:

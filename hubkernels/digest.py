@@ -7,21 +7,14 @@ import hashlib
 from pathlib import Path
 
 from .errors import DigestError
+from .layout import shipped_files
 
 #: Top-level files the digest never covers (the metadata carries the digest itself).
 EXCLUDED_TOP_LEVEL = frozenset({"metadata.json", "metadata.json.sigstore"})
 
 
 def _files(variant_dir: Path) -> list[Path]:
-    out = []
-    for p in sorted(variant_dir.rglob("*")):
-        rel = p.relative_to(variant_dir)
-        if "__pycache__" in rel.parts or p.suffix == ".pyc" or not p.is_file():
-            continue
-        if len(rel.parts) == 1 and rel.name in EXCLUDED_TOP_LEVEL:
-            continue
-        out.append(p)
-    return out
+    return [p for rel, p in shipped_files(variant_dir) if rel not in EXCLUDED_TOP_LEVEL]
 
 
 def hash_file(path: Path, algorithm: str = "sha256") -> str:

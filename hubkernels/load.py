@@ -17,7 +17,8 @@ from pathlib import Path
 from types import ModuleType
 
 from . import digest as _digest
-from .errors import KernelLoadError, VariantNotFoundError
+from .errors import KernelLoadError
+from .layout import variant_dirs  # noqa: F401  (re-exported: where a local kernel's variants live)
 from .metadata import Metadata
 from .platform import System
 from .variants import Resolution, require, resolve
@@ -46,21 +47,6 @@ def loaded_kernels() -> list[LoadedKernel]:
     """The variants imported in this process, in import order."""
     with _lock:
         return list(_loaded.values())
-
-
-def variant_dirs(path: str | Path) -> tuple[Path, dict[str, Path]]:
-    """Where a local kernel's variants live: `path/build/*`, `path/*`, or `path` itself if it is one."""
-    root = Path(path).expanduser().resolve()
-    if (root / "metadata.json").is_file():
-        return root.parent, {root.name: root}
-    for base in (root / "build", root):
-        found = {p.name: p for p in sorted(base.iterdir()) if (p / "metadata.json").is_file()} if base.is_dir() else {}
-        if found:
-            return base, found
-    raise VariantNotFoundError(
-        f"No build variants under {root} (looked for */metadata.json in {root / 'build'} and {root}). "
-        f"Run `hubkernels build {path}` first."
-    )
 
 
 def resolve_local(path: str | Path, backend: str | None = None, system: System | None = None) -> tuple[Path, Resolution]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from .config import BuildConfig, load_config
 from .digest import violations
 from .errors import HubkernelsError, UsageError
-from .load import variant_dirs
+from .layout import shipped_files, variant_dirs
 from .metadata import Metadata
 from .platform import Variant
 
@@ -68,8 +68,7 @@ def check_client() -> None:
 
 
 def _shipped_files(variant_dir: Path) -> list[Path]:
-    return sorted(p for p in variant_dir.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.relative_to(variant_dir).parts and p.suffix != ".pyc")
+    return [p for _, p in shipped_files(variant_dir)]
 
 
 def _batches(groups: list[list], limit: int = MAX_OPERATIONS_PER_COMMIT) -> list[list]:

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 from ._version import __version__
+from .layout import shipped_files
 from .metadata import Metadata
 from .platform import Variant
 
@@ -48,10 +49,8 @@ def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str 
         requires.append(f"torch>={variant.framework_version[0]}.{variant.framework_version[1]}")
     requires += meta.python_depends
     files: dict[str, bytes] = {}
-    for p in sorted(variant_dir.rglob("*")):
-        rel = p.relative_to(variant_dir)
-        if p.is_file() and "__pycache__" not in rel.parts and p.suffix != ".pyc":
-            files[f"{dist}/{rel.as_posix()}"] = p.read_bytes()
+    for rel, p in shipped_files(variant_dir):
+        files[f"{dist}/{rel}"] = p.read_bytes()
     files[f"{info}/METADATA"] = "\n".join(
         ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}", f"License: {meta.license}",
          "Requires-Python: >=3.10", *[f"Requires-Dist: {r}" for r in requires],

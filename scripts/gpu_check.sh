@@ -2,7 +2,7 @@
 # The GPU run (NVIDIA H200 via the device machine): build the CUDA variant with our builder, run the GPU
 # correctness suite, compute-sanitizer memcheck on every op, and the op benchmarks. Logs land in $OUT.
 # Usage on the GPU machine, from the repo root:  OUT=/tmp/out bash scripts/gpu_check.sh [steps...]
-# steps: build tests memcheck bench modbench sweep modexp l2 swap e2e workspace timeline
+# steps: build tests memcheck bench e2e timeline
 # (default: build tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/hubkernels-gpu}
@@ -28,18 +28,6 @@ for step in $steps; do
                 > "$OUT/clocks_e2e.csv" 2>/dev/null & smi=$!
               python3 scripts/ltx_e2e.py --cuda-graphs --warmup 5 --iters 20 --output "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | tail -30
               kill $smi ;;
-    modbench) python3 -m hubkernels bench --ops rms_norm_modulate rms_norm add_rms_norm_modulate --no-compile 2>&1 \
-                | tee "$OUT/modbench.log" ;;
-    sweep)    for g in 32 64 128 256; do echo "LTX_ROW_GROUP=$g"; LTX_ROW_GROUP=$g python3 -m hubkernels bench \
-                --ops rms_norm rms_norm_modulate rms_norm_weight --no-compile 2>&1 | grep " ours "; done | tee "$OUT/sweep.log" ;;
-    modexp)   (cd scripts/exp_modulate && bash build.sh > "$OUT/modexp_build.log" 2>&1 && ./bench --spin-us 400) 2>&1 | tee "$OUT/modexp.log" | tail -30 ;;
-    l2)       python3 scripts/exp_modulate/harness_l2.py 2>&1 | grep -v Warn | tee "$OUT/l2.log" ;;
-    swap)     python3 scripts/exp_modulate/harness_swap.py 2>&1 | grep -v Warn | tee "$OUT/swap.log" ;;
-    workspace) for ws in default 0 4096; do  # cuBLASLt workspace (KiB): do the ~280 pre-GEMM memsets and their gaps go?
-                echo "CUBLASLT_WORKSPACE_SIZE=$ws"
-                ( [ "$ws" = default ] || export CUBLASLT_WORKSPACE_SIZE=$ws
-                  python3 scripts/ltx_e2e.py --modes eager+kernels --warmup 5 --iters 20 2>&1 | grep -A3 "^mode" ); done \
-                | tee "$OUT/workspace.log" ;;
     timeline) python3 scripts/ltx_timeline.py --graph 2>&1 | tee "$OUT/timeline.log" | grep -v Warning | tail -60 ;;
   esac
 done

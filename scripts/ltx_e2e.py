@@ -1,5 +1,5 @@
 """LTX-Video 2B transformer forward on the GPU, four ways in one run: eager, eager + ltx-kernels,
-torch.compile, torch.compile + ltx-kernels. Random weights, batch 2, 6144 tokens, bf16 (shared/ANCHORS.md).
+torch.compile, torch.compile + ltx-kernels. Random weights, batch 2, 6144 tokens, bf16.
 
 Usage (GPU machine, repo root, after `hubkernels build`):  python scripts/ltx_e2e.py --output e2e.json
 """
@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 
-import hubkernels
-from hubkernels.integrations.ltx_bench import MODES, format_results, time_ltx_forward
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import hubkernels  # noqa: E402
+from ltx_forward import MODES, format_results, time_ltx_forward  # noqa: E402
 
 LTX_2B = dict(in_channels=128, out_channels=128, patch_size=1, patch_size_t=1, num_attention_heads=32,
               attention_head_dim=64, cross_attention_dim=2048, num_layers=28, activation_fn="gelu-approximate",

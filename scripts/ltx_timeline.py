@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "benchmarks")]
 import hubkernels  # noqa: E402
 from hubkernels.integrations import diffusers as hd  # noqa: E402
-from hubkernels.integrations.ltx_bench import build_ltx, ltx_inputs  # noqa: E402
+from ltx_forward import build_ltx, ltx_inputs  # noqa: E402
 from hubkernels.layers import Mode  # noqa: E402
 from ltx_e2e import LTX_2B  # noqa: E402
 
@@ -65,7 +65,8 @@ def trace_forwards(fn, n: int) -> list[list[dict]]:
     prof.export_chrome_trace(path)
     events = json.loads(Path(path).read_text())["traceEvents"]
     os.unlink(path)
-    device = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
+    device_cats = ("kernel", "gpu_memset", "gpu_memcpy")
+    device = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in device_cats),
                     key=lambda e: e["ts"])
     forwards: list[list[dict]] = []
     current: list[dict] = []
@@ -107,7 +108,8 @@ def analyse(events: list[dict], top: int = 15) -> dict:
         by_prev[p] += g
     hist = Counter()
     for g, _, _ in gaps:
-        hist["<2us" if g < 2 else "2-5us" if g < 5 else "5-20us" if g < 20 else "20-100us" if g < 100 else ">100us"] += 1
+        bucket = "<2us" if g < 2 else "2-5us" if g < 5 else "5-20us" if g < 20 else "20-100us" if g < 100 else ">100us"
+        hist[bucket] += 1
     kernels = Counter()
     for e in events:
         kernels[short(e["name"])] += e["dur"]
@@ -183,7 +185,8 @@ def main() -> None:
                   f"traced: busy {f0['busy_ms']:.2f} span {f0['span_ms']:.2f} idle {f0['idle_ms']:.2f} ms over "
                   f"{f0['events']} events; gaps {f0['gap_histogram']}")
             for f in entry["forwards"][1:]:
-                print(f"   another traced forward: busy {f['busy_ms']:.2f} span {f['span_ms']:.2f} idle {f['idle_ms']:.2f}")
+                print(f"   another traced forward: busy {f['busy_ms']:.2f} span {f['span_ms']:.2f} "
+                      f"idle {f['idle_ms']:.2f}")
             if "cuda_graph" in entry:
                 print(f"   CUDA graph replay: {entry['cuda_graph']}")
             print("   idle before (ms):", json.dumps(f0["idle_before_ms"]))

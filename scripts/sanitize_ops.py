@@ -11,10 +11,17 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
 import hubkernels  # noqa: E402
 import ltx_reference  # noqa: E402  (the float64 references of the tests)
-from hubkernels.bench import _reference, rope_freqs  # noqa: E402
+from benchmark_ops import LtxOps, rope_freqs  # noqa: E402  (the op benchmarks' formulas)
+from hubkernels.bench import reference  # noqa: E402
+
+
+def _reference(op: str, args: tuple) -> torch.Tensor:
+    """The float64 truth the op benchmarks compare with."""
+    return reference(LtxOps(None, torch.device("cuda"), None, {}, None), op, args)
 
 
 def main() -> int:

@@ -110,3 +110,10 @@ def rope_tables(pos: torch.Tensor, freqs: torch.Tensor, dim: int) -> tuple[torch
     sin = angles.sin().repeat_interleave(2, dim=-1)
     ones = torch.ones(*cos.shape[:-1], pad, dtype=torch.float64, device=cos.device)
     return torch.cat([ones, cos], dim=-1), torch.cat([ones * 0, sin], dim=-1)
+
+
+def rope_freqs(dim: int, theta: float, device: torch.device) -> torch.Tensor:
+    """diffusers' LTX-Video per-axis RoPE frequencies (pi/2 included), float32 [dim // 6]."""
+    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device,
+                                    dtype=torch.float32)
+    return freqs * math.pi / 2.0

@@ -7,6 +7,7 @@ or LTXConditionPipeline (per-token timesteps, timestep [B, S]) pass to the trans
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
@@ -24,20 +25,23 @@ def tiny_ltx(config: Optional[dict[str, Any]] = None, *, dtype: torch.dtype = to
              device: str | torch.device = "cpu", seed: int = 0):
     """An LTXVideoTransformer3DModel with seeded random weights (strong AdaLN tables, non-unit q/k norm
     weights, so they matter in comparisons), in eval mode."""
-    from hubkernels.integrations.ltx_bench import build_ltx
-
-    return build_ltx(config or TINY_CONFIG, dtype=dtype, device=device, seed=seed)
+    return ltx_forward().build_ltx(config or TINY_CONFIG, dtype=dtype, device=device, seed=seed)
 
 
 def ltx_inputs(config: Optional[dict[str, Any]] = None, *, batch: int = 2, tokens: tuple[int, int, int] = TINY_TOKENS,
                text_len: int = 16, per_token_timesteps: bool = False, dtype: torch.dtype = torch.float32,
                device: str | torch.device = "cpu", seed: int = 1) -> dict[str, Any]:
     """Keyword arguments for the transformer's forward (return_dict=False): text-to-video (timestep [B]) or,
-    with per_token_timesteps, timestep [B, S] as LTXConditionPipeline passes it; see ltx_bench.ltx_inputs."""
-    from hubkernels.integrations.ltx_bench import ltx_inputs as bench_inputs
-
-    return bench_inputs(config or TINY_CONFIG, batch=batch, tokens_shape=tokens, text_len=text_len,
+    with per_token_timesteps, timestep [B, S] as LTXConditionPipeline passes it; see ltx_forward.ltx_inputs."""
+    return ltx_forward().ltx_inputs(config or TINY_CONFIG, batch=batch, tokens_shape=tokens, text_len=text_len,
                         per_token_timesteps=per_token_timesteps, dtype=dtype, device=device, seed=seed)
+
+
+def ltx_forward():
+    """The kernel root's benchmarks/ltx_forward.py (the LTX-Video model helpers of the benchmarks)."""
+    from hubkernels.bench import load_script
+
+    return load_script(Path(__file__).resolve().parent.parent / "benchmarks" / "ltx_forward.py", "ltx_forward")
 
 
 def expected_replacements(num_layers: int) -> dict[str, int]:

@@ -1,9 +1,11 @@
-"""`hubkernels bench` on the CPU: every op of this build timed beside its peers on a small LTX-like shape,
-a report whose numbers and errors make sense, the JSON file, and one-line errors for ops it cannot time."""
+"""`hubkernels bench` on the CPU: the ops this kernel declares in benchmarks/benchmark*.py, each timed beside
+its eager formula and peers on a small LTX-like shape, a report whose numbers and errors make sense, the JSON
+file, and one-line errors for ops it cannot time or a kernel root that declares no benchmarks."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,11 +13,14 @@ import torch
 from hubkernels import bench
 from hubkernels.cli import main
 
-SMALL = dict(device="cpu", batch=2, tokens=24, hidden=64, ff=128, warmup=1, iters=3)
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = dict(device="cpu", shape=dict(batch=2, tokens=24, hidden=64, ff=128), warmup=1, iters=3)
 
 
-def test_bench_times_every_op_beside_its_peers(ltx):
-    report = bench.run(ltx, dtype=torch.float32, compile_peers=False, **SMALL)
+def test_bench_times_every_declared_op_beside_its_peers(ltx):
+    benchmarks = bench.discover(ROOT)
+    assert [b.__name__ for b in benchmarks] == ["LtxOps"]
+    report = bench.run(ltx, benchmarks, dtype=torch.float32, compile_peers=False, **SMALL)
     by_op: dict[str, dict[str, bench.Row]] = {}
     for row in report.rows:
         by_op.setdefault(row.op, {})[row.impl] = row
@@ -56,3 +61,35 @@ def test_bench_names_an_unknown_op_in_one_line(ltx, capsys, ops, says):
                "--no-compile", "--ops", *ops])
     err = capsys.readouterr().err
     assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_bench_of_a_kernel_without_benchmarks_says_where_they_go(tmp_path, capsys):
+    rc = main(["bench", str(tmp_path), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no benchmarks/benchmark*.py under" in err and err.count("\n") == 1
+
+
+def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
+    """Any kernel root: one op, its formula, a peer; the runner times them and compiles the formula."""
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "benchmark_gelu.py").write_text(
+        "import torch\n"
+        "from hubkernels.bench import Benchmark\n\n"
+        "class Gelu(Benchmark):\n"
+        "    shape = {'n': 4096}\n"
+        "    report_shape = ('n',)\n"
+        "    peers = {'gelu_tanh': {'tanh formula': lambda x: 0.5 * x * (1 + torch.tanh(0.7978845608 * "
+        "(x + 0.044715 * x ** 3)))}}\n\n"
+        "    def setup_gelu_tanh(self):\n"
+        "        return (self.randn(self.shape['n']),)\n\n"
+        "    def benchmark_gelu_tanh(self, x):\n"
+        "        return self.kernel.gelu_tanh(x)\n\n"
+        "    def verify_gelu_tanh(self, x):\n"
+        "        return torch.nn.functional.gelu(x, approximate='tanh')\n")
+    out = tmp_path / "gelu.json"
+    rc = main(["bench", str(tmp_path), "--kernel", str(ROOT), "--device", "cpu", "--dtype", "fp32", "--warmup", "1",
+               "--iters", "3", "--output", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert [r["impl"] for r in data["rows"]] == ["ours", "eager", "tanh formula", "torch.compile"]
+    assert data["shape"] == [4096] and all(r["max_rel_err"] < 1e-5 for r in data["rows"])

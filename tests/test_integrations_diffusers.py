@@ -32,14 +32,14 @@ def op_calls(fn) -> dict[str, int]:
 
 
 # The attention prologue's RoPE inputs: diffusers' cos/sin tables, or token positions from which the
-# kernel computes the angles (the CUDA default, ROPE_POSITIONS_DEVICES; forced here on the CPU).
+# kernel computes the angles (the CUDA default, the kernel's layers.ROPE_POSITIONS_DEVICES; forced here on the CPU).
 ROPE_OPS = {"tables": ("qk_rms_norm_rope", "rope_tables"), "positions": ("qk_rms_norm_rope_grid", "rope_positions")}
 
 
 @pytest.fixture(params=sorted(ROPE_OPS))
-def rope_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def rope_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, ltx) -> str:
     if request.param == "positions":
-        monkeypatch.setattr(hd, "ROPE_POSITIONS_DEVICES", frozenset({"cpu", "cuda"}))
+        monkeypatch.setattr(ltx.layers, "ROPE_POSITIONS_DEVICES", frozenset({"cpu", "cuda"}))
     return request.param
 
 
@@ -176,7 +176,7 @@ def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim, rope_mode):
     from diffusers.models.transformers.transformer_ltx import LTXVideoRotaryPosEmbed
 
     rope = LTXVideoRotaryPosEmbed(dim=dim)
-    kernelized = hd.ltx_rope_layer(ltx)
+    kernelized = ltx.layers.LTXVideoRotaryPosEmbed
     frames, height, width = 3, 4, 5
     hidden = torch.zeros(2, frames * height * width, dim)
     coords = torch.rand(2, 3, hidden.shape[1], generator=torch.Generator().manual_seed(0)) * 20
@@ -185,7 +185,7 @@ def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim, rope_mode):
     for kwargs in calls:
         expected = rope(hidden, **kwargs)
         got = kernelized.forward(rope, hidden, **kwargs)
-        assert isinstance(got, hd.LTXRopePositions) == (rope_mode == "positions")
+        assert isinstance(got, ltx.layers.LTXRopePositions) == (rope_mode == "positions")
         for g, e in zip(got.tables() if rope_mode == "positions" else got, expected):
             assert g.dtype == e.dtype and g.shape == e.shape and g.is_contiguous()
             assert torch.equal(g, e), kwargs
@@ -234,7 +234,7 @@ def test_attention_backend_is_kept_and_unkernelize_restores_diffusers(ltx):
         ref = model(**inputs)[0]
         hd.kernelize(model, kernel=ltx)
         processors = [m.processor for m in model.modules() if hasattr(m, "processor")]
-        assert {type(p) for p in processors} == {hd.KernelLTXVideoAttnProcessor}
+        assert {type(p) for p in processors} == {ltx.layers.LTXVideoAttnProcessor}
         assert {backend_name(p) for p in processors} == {"_native_math"}
         torch.testing.assert_close(model(**inputs)[0], ref, rtol=1e-5, atol=1e-5)
         model.set_attention_backend("native")  # diffusers can still switch the backend of our processors
@@ -313,7 +313,7 @@ def test_custom_processors_and_excluded_kinds_are_left_alone(ltx, rope_mode):
     # The RoPE tables serve the fused attention prologue: leaving the processor leaves them too.
     hd.kernelize(model, kernel=ltx, exclude=["LTXVideoAttnProcessor"])
     assert "LTXVideoRotaryPosEmbed" not in model._hubkernels_replaced
-    assert not any(isinstance(p, hd.KernelLTXVideoAttnProcessor) for p in model.attn_processors.values())
+    assert not any(isinstance(p, ltx.layers.LTXVideoAttnProcessor) for p in model.attn_processors.values())
 
 
 def _add_hook(module: torch.nn.Module, calls: list) -> None:

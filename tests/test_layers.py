@@ -209,7 +209,7 @@ def test_a_layer_that_cannot_serve_the_mode_is_skipped_with_a_reason(caplog):
     with use_kernel_mapping({"Scale": {"cpu": Repo(PlusTen)}}):  # FALLBACK-registered, not compile-safe
         kernelize(m, mode=Mode.INFERENCE)
         assert torch.equal(m[0](X), X * 2 + 10)
-        with caplog.at_level(logging.WARNING, logger="hubkernels.layers.kernelize"):
+        with caplog.at_level(logging.WARNING, logger="hubkernels.layers.swap"):
             kernelize(m, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
         assert torch.equal(m[0](X), X * 2)  # the original again
         assert "not torch.compile-safe" in caplog.text

@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch import nn
 
-from hubkernels.bench import rope_freqs
+from ltx_reference import rope_freqs
 
 import ltx_reference as ref
 

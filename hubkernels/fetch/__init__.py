@@ -28,6 +28,7 @@ from typing import Union
 from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, UsageError, VariantNotFoundError
+from ..layout import check_repo_id, ships
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
 from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError, endpoint
@@ -178,9 +179,7 @@ def import_installed(installed: Installed) -> ModuleType:
 
 
 def _check_repo_id(repo_id: str) -> str:
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UsageError(f"repo_id must look like 'org/name', got {repo_id!r}")
-    return repo_id
+    return check_repo_id(repo_id)
 
 
 def _refs(state: RepoState, remote: Remote, max_age: float) -> tuple[Refs, bool]:
@@ -327,7 +326,7 @@ def _resolution(repo_id: str, version: int | None, revision: str | None, backend
 
 
 def _shipped(path: str) -> bool:
-    return "/__pycache__/" not in path and not path.endswith(".pyc")
+    return ships(path)
 
 
 def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: str,

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
+from ..layout import shipped_files
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _VERSION_BRANCH = re.compile(r"^v(\d+)$")
@@ -257,18 +258,7 @@ class RepoState:
 
 def variant_files(variant_dir: Path) -> Iterator[tuple[str, Path]]:
     """(posix relative path, path) of every file a variant ships, without bytecode caches."""
-    stack = [variant_dir]
-    while stack:
-        d = stack.pop()
-        with os.scandir(d) as it:
-            for entry in it:
-                if entry.name == "__pycache__" or entry.name.endswith(".pyc"):
-                    continue
-                if entry.is_dir():
-                    stack.append(Path(entry.path))
-                else:
-                    p = Path(entry.path)
-                    yield p.relative_to(variant_dir).as_posix(), p
+    yield from shipped_files(variant_dir)
 
 
 def file_stats(variant_dir: Path) -> list[tuple[str, tuple[int, int, int]]]:

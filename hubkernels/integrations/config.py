@@ -22,10 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from ..layers import LayerMatch, LayerRepository, Mode, kernelize as _kernelize_layers, use_kernel_mapping
-from ..layers.device import DEVICE_TYPES
-from ..layers.globals import current_mapping, layer_name_of, use_layer_names
-from ..layers.kernelize import KernelizeFallback, device_type_for, load_layer, validate_layer
+from .. import layers as _layers
+from ..layers import (
+    DEVICE_TYPES,
+    KernelizeFallback,
+    LayerMatch,
+    LayerRepository,
+    Mode,
+    current_mapping,
+    device_type_for,
+    layer_name_of,
+    load_layer,
+    use_kernel_mapping,
+    use_layer_names,
+    validate_layer,
+)
 from . import transformers as _transformers
 
 if TYPE_CHECKING:
@@ -188,9 +199,10 @@ def _targets(key: str, classes: set[type]) -> Optional[tuple[Union[str, LayerMat
     return LayerMatch(by_class[0]), by_class
 
 
-def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None, device: Union[str, "torch.device", None] = None,
-              use_fallback: Union[bool, KernelizeFallback] = True,
-              trust_remote_code: Union[bool, list[str]] = False) -> "nn.Module":
+def kernelize_with_config(model: "nn.Module", *, mode: Optional[Mode] = None,
+                          device: Union[str, "torch.device", None] = None,
+                          use_fallback: Union[bool, KernelizeFallback] = True,
+                          trust_remote_code: Union[bool, list[str]] = False) -> "nn.Module":
     """`hubkernels.layers.kernelize`, plus the kernels the model's config declares and the layer names
     of transformers' decorated layers; returns `model`.
 
@@ -204,7 +216,7 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None, device: Union[
             device_type = device_type_for(model, device)
             mapping = mapping_from_config(model, device_type, trust_remote_code=trust_remote_code)
         with use_kernel_mapping(mapping):
-            return _kernelize_layers(model, mode=mode, device=device, use_fallback=use_fallback)
+            return _layers.kernelize(model, mode=mode, device=device, use_fallback=use_fallback)
 
 
 def from_pretrained(cls: Any, path: Union[str, Path], *, mode: Optional[Mode] = None,
@@ -216,4 +228,4 @@ def from_pretrained(cls: Any, path: Union[str, Path], *, mode: Optional[Mode] = 
     own `trust_remote_code`, which `kwargs` pass through).
     """
     model = cls.from_pretrained(path, **kwargs)
-    return kernelize(model, mode=mode, device=device, trust_remote_code=kernel_trust_remote_code)
+    return kernelize_with_config(model, mode=mode, device=device, trust_remote_code=kernel_trust_remote_code)

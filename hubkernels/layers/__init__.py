@@ -5,24 +5,55 @@ with `LayerMatch`), map names to repositories per device and mode (`register_ker
 `use_kernel_mapping`), then `kernelize(model, mode=Mode.INFERENCE)`.
 """
 
-from .device import CUDAProperties, Device, ROCMProperties
-from .globals import LayerMatch, register_kernel_mapping, use_kernel_mapping
-from .kernelize import (
+from .device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties, device_type_of
+from .globals import (
+    LayerMatch,
+    current_mapping,
+    layer_name_of,
+    register_kernel_mapping,
+    use_kernel_mapping,
+    use_layer_names,
+)
+from .swap import (
     KernelizeFallback,
+    device_type_for,
     kernelize,
+    kernelized_forward,
     kernelized_layers,
+    load_layer,
+    mode_conflict,
+    module_device,
     replace_kernel_forward_from_hub,
+    restore_forward,
     use_kernel_forward_from_hub,
     validate_layer,
 )
-from .mode import Mode
+from .mode import Mode, check_kernelize_mode
 from .repos import (
     LayerNotFoundError,
     LayerRepository,
     LocalLayerRepository,
     LockedLayerRepository,
     RepositoryProtocol,
+    layer_from_kernel,
 )
+
+# The surface integrations build on (hubkernels.integrations.*): what a kernelize of their own needs.
+INTEGRATION_API = [
+    "DEVICE_TYPES",
+    "check_kernelize_mode",
+    "current_mapping",
+    "device_type_for",
+    "device_type_of",
+    "kernelized_forward",
+    "layer_from_kernel",
+    "layer_name_of",
+    "load_layer",
+    "mode_conflict",
+    "module_device",
+    "restore_forward",
+    "use_layer_names",
+]
 
 __all__ = [
     "CUDAProperties",
@@ -43,4 +74,5 @@ __all__ = [
     "use_kernel_forward_from_hub",
     "use_kernel_mapping",
     "validate_layer",
+    *INTEGRATION_API,
 ]

@@ -36,7 +36,8 @@ def layer_from_kernel(kernel: ModuleType, layer_name: str, origin: object) -> "t
     layer = getattr(layers, layer_name, None)
     if layer is None:
         have = sorted(n for n, v in vars(layers).items() if isinstance(v, type) and not n.startswith("_"))
-        raise LayerNotFoundError(f"Layer {layer_name!r} not found in kernel {origin}; it has: {', '.join(have) or 'none'}.")
+        raise LayerNotFoundError(
+            f"Layer {layer_name!r} not found in kernel {origin}; it has: {', '.join(have) or 'none'}.")
     return layer
 
 

@@ -1,4 +1,4 @@
-"""`kernelize`: swap the forward of extensible layers for a kernel layer's, per device and mode.
+"""`kernelize` (module `swap`): swap the forward of extensible layers for a kernel layer's, per device and mode.
 
 A module is extensible when its class carries `kernel_layer_name` (set by `use_kernel_forward_from_hub`
 or `replace_kernel_forward_from_hub`, HF `kernels`' convention that transformers uses), or when the

@@ -1,5 +1,7 @@
 """Time LTX-Video's transformer forward: eager, eager + kernels, torch.compile, torch.compile + kernels.
 
+Used by scripts/ltx_e2e.py (the 2B figure of BENCHMARKS.md), `hubkernels demo` and the tests' tiny model.
+
 One model with random weights serves every mode (kernelize / unkernelize switch it), so all modes
 compute the same function; each mode's output is compared with eager's. GPU timing uses CUDA events
 (median of `iters` calls after `warmup`); CPU timing uses perf_counter.
@@ -14,8 +16,8 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from ..layers import Mode
-from . import diffusers as hd
+from hubkernels.integrations import diffusers as hd
+from hubkernels.layers import Mode
 
 MODES = ("eager", "eager+kernels", "compile", "compile+kernels")
 

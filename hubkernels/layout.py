@@ -1,0 +1,71 @@
+"""Where kernels live, one rule each: the files a build variant ships, the `build/<variant>/` directories of a
+kernel root, and the Hub's `org/name` repo ids.
+
+A variant directory holds a `metadata.json`; it ships every file in it except bytecode caches (`__pycache__/`,
+`*.pyc`), whether it is built, uploaded, digested, packed as a wheel, downloaded or verified.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import UsageError, VariantNotFoundError
+
+#: The directory of a kernel root that holds one directory per build variant.
+BUILD_DIR = "build"
+#: The file that makes a directory a variant (kernel-builder's metadata, with the digest).
+METADATA = "metadata.json"
+
+
+def ships(relpath: str) -> bool:
+    """Whether the file at `relpath` (posix, relative to a variant directory or a repo) is shipped: every file but
+    bytecode caches."""
+    return "__pycache__" not in relpath.split("/") and not relpath.endswith(".pyc")
+
+
+def shipped_files(variant_dir: str | Path) -> list[tuple[str, Path]]:
+    """(posix relative path, path) of every file the variant at `variant_dir` ships, sorted by path."""
+    root = Path(variant_dir)
+    found: list[tuple[str, Path]] = []
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                rel = path.relative_to(root).as_posix()
+                if not ships(rel):
+                    continue
+                if entry.is_dir():
+                    stack.append(path)
+                else:
+                    found.append((rel, path))
+    return sorted(found, key=lambda item: item[1])
+
+
+def variant_dir(root: str | Path, variant: object) -> Path:
+    """`<root>/build/<variant>`: where `hubkernels build` writes a variant of the kernel at `root`."""
+    return Path(root) / BUILD_DIR / str(variant)
+
+
+def variant_dirs(path: str | Path) -> tuple[Path, dict[str, Path]]:
+    """Where a local kernel's variants live: `path/build/*`, `path/*`, or `path` itself if it is one."""
+    root = Path(path).expanduser().resolve()
+    if (root / METADATA).is_file():
+        return root.parent, {root.name: root}
+    for base in (root / BUILD_DIR, root):
+        found = {p.name: p for p in sorted(base.iterdir()) if (p / METADATA).is_file()} if base.is_dir() else {}
+        if found:
+            return base, found
+    raise VariantNotFoundError(
+        f"No build variants under {root} (looked for */{METADATA} in {root / BUILD_DIR} and {root}). "
+        f"Run `hubkernels build {path}` first."
+    )
+
+
+def check_repo_id(repo_id: object) -> str:
+    """`repo_id` if it looks like the Hub's `org/name`; a UsageError saying so otherwise."""
+    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise UsageError(f"repo_id must look like 'org/name', got {repo_id!r}")
+    return repo_id

@@ -1,0 +1,122 @@
+"""The guard rails `./dev test` runs before pytest bite: an upward import planted in a copy of the package
+breaks `lint-imports`, an unused import breaks `ruff check`, and docs/ARCHITECTURE.md's stage table says
+exactly which stages each stage imports."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+FOUNDATION = {"settings", "platform", "system", "metadata", "digest", "errors", "_version", "_setup_ext", "layout"}
+
+
+def _tool(name: str) -> str:
+    path = BIN / name
+    if not path.exists():
+        pytest.skip(f"{name} is not installed (pip install -e '.[test]')")
+    return str(path)
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    """The package, its pyproject.toml (the contracts, the ruff rules) and nothing else, in tmp_path."""
+    shutil.copytree(ROOT / "hubkernels", tmp_path / "hubkernels", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def _run(tool: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run([_tool(tool), *(["check", "."] if tool == "ruff" else [])], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_tree_passes_both_checks():
+    assert _run("lint-imports", ROOT).returncode == 0
+    assert _run("ruff", ROOT).returncode == 0
+
+
+def test_an_upward_import_breaks_the_stage_contract(tmp_path):
+    tree = _copy_tree(tmp_path)
+    assert _run("lint-imports", tree).returncode == 0
+    config = tree / "hubkernels" / "config.py"
+    planted = "\n\ndef _planted():\n    from .integrations import diffusers  # noqa: F401\n"
+    config.write_text(config.read_text() + planted)
+    result = _run("lint-imports", tree)
+    assert result.returncode != 0
+    assert "hubkernels.config is not allowed to import hubkernels.integrations" in result.stdout
+
+
+def test_reaching_into_layers_internals_breaks_the_surface_contract(tmp_path):
+    tree = _copy_tree(tmp_path)
+    target = tree / "hubkernels" / "integrations" / "transformers.py"
+    planted = "\n\ndef _planted():\n    from ..layers.swap import load_layer  # noqa: F401\n"
+    target.write_text(target.read_text() + planted)
+    result = _run("lint-imports", tree)
+    assert result.returncode != 0
+    assert "Illegal imports of protected package hubkernels.layers.swap" in result.stdout
+
+
+def test_an_unused_import_and_a_long_line_break_ruff(tmp_path):
+    tree = _copy_tree(tmp_path)
+    assert _run("ruff", tree).returncode == 0
+    bad = tree / "hubkernels" / "errors.py"
+    bad.write_text("import os\n" + bad.read_text() + "\nLONG = '" + "x" * 120 + "'\n")
+    result = _run("ruff", tree)
+    assert result.returncode != 0 and "F401" in result.stdout and "E501" in result.stdout
+
+
+def _documented_stage_imports() -> dict[tuple[str, ...], set[str]]:
+    """(modules of a row) -> the names in its imports column, from docs/ARCHITECTURE.md's stage table."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    table = text[text.index("| module | public functions | imports |"):].split("\n\n")[0]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        first, *_, last = [cell.strip() for cell in line.strip("|").split("|")]
+        modules = tuple(m.removeprefix("hubkernels.") for m in re.findall(r"`(hubkernels\.[\w.]+)`", first))
+        rows[modules] = {name.strip() for name in last.split(",")} - {"nothing"}
+    return rows
+
+
+def _real_stage_imports(modules: tuple[str, ...]) -> set[str]:
+    """The top-level hubkernels modules that `modules` import (directly, from any of their submodules), foundation
+    modules reported as "foundation", without the imports pyproject.toml lists as known and pending."""
+    import grimp
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    pending = {tuple(p.strip() for p in rule.split("->")) for c in contracts for rule in c.get("ignore_imports", [])}
+    graph = grimp.build_graph("hubkernels")
+    found = set()
+    for module in modules:
+        for importer in {f"hubkernels.{module}"} | graph.find_descendants(f"hubkernels.{module}"):
+            for imported in graph.find_modules_directly_imported_by(importer):
+                if (importer, imported) in pending:
+                    continue
+                top = imported.split(".")[1] if imported.count(".") else None
+                if top is None or top in modules:
+                    continue
+                found.add("foundation" if top in FOUNDATION else top)
+    return found
+
+
+def test_the_architecture_stage_table_is_the_real_imports():
+    rows = _documented_stage_imports()
+    assert len(rows) >= 10
+    for modules, documented in rows.items():
+        assert _real_stage_imports(modules) == documented, modules
+    # Every module of the package is in the table or among the foundation modules.
+    listed = {m for modules in rows for m in modules} | FOUNDATION | {"__main__"}
+    package = {p.stem if p.is_file() else p.name for p in (ROOT / "hubkernels").iterdir()
+               if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__init__.py"}
+    assert package <= listed, package - listed
