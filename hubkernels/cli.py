@@ -12,7 +12,8 @@ from .errors import HubkernelsError
 
 #: Modules that add their own subcommands through `register_cli(subparsers)`.
 _PLUGGABLE = ("hubkernels.server", "hubkernels.publish", "hubkernels.fetch", "hubkernels.bench", "hubkernels.demo",
-              "hubkernels.skill_cli")
+              "hubkernels.skill_cli",
+              "hubkernels.scaffold", "hubkernels.verify")
 
 
 class _Parser(argparse.ArgumentParser):
