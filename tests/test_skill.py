@@ -190,14 +190,16 @@ def _scaffold_script() -> str:
     section = text.split("## 1. Scaffold", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S)
     assert block, "SKILL.md's Scaffold section has no bash block"
-    return block.group(1).replace("$(hubkernels skill path)", str(SKILL))
+    return re.sub(r"(?m)^hubkernels ", f"{sys.executable} -m hubkernels ", block.group(1))
 
 
 @pytest.fixture(scope="module")
 def kernel_dir(tmp_path_factory) -> Path:
     """The template copied, renamed to fast-norms and committed by SKILL.md's scaffold commands."""
     work = tmp_path_factory.mktemp("skill-scaffold")
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")]),
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
            "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.com",
            "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.com"}
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", _scaffold_script()], cwd=work, env=env,
