@@ -20,6 +20,9 @@ from hubkernels.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+#: The speed gate's allowance on CI: the 2 shared cores swing a tie between ours and torch.compile by
+#: +-20 %, while the defects the gate exists for (a scalar fp16 loop) are 4x slower or worse.
+CI_TOLERANCE = "0.25"
 
 
 def hubkernels_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -88,7 +91,7 @@ def demo(tmp_path_factory) -> tuple[Path, dict]:
     work = tmp_path_factory.mktemp("init-verify")
     made = hubkernels_cli("init", "demo-kernel", cwd=work)
     assert made.returncode == 0, made.stderr
-    checked = hubkernels_cli("verify", "demo-kernel", "--json", cwd=work)
+    checked = hubkernels_cli("verify", "demo-kernel", "--json", "--tolerance", CI_TOLERANCE, cwd=work)
     assert checked.stdout.strip(), checked.stderr[-3000:]
     return work / "demo-kernel", {**json.loads(checked.stdout), "returncode": checked.returncode}
 
@@ -120,23 +123,59 @@ def test_cuda_is_compiled_or_skipped_with_the_reason(demo):
         assert "CUDA" in cuda[0]["detail"] or "nvcc" in cuda[0]["detail"]
 
 
+# rms_norm as the skill used to teach it: fp16 converted element by element inside the arithmetic loops.
+SCALAR_FP16_RMS_NORM = """
+#include <cmath>
+#include "convert.h"
+namespace demo_kernel_cpu {
+namespace {
+template <class T>
+DEMO_KERNEL_INLINE void rows(T* out, const T* x, const T* w, int64_t r0, int64_t r1, int64_t dim, float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * dim;
+    float lane[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= dim; i += 16)
+      for (int j = 0; j < 16; ++j) lane[j] += to_float(xr[i + j]) * to_float(xr[i + j]);
+    float sum = 0.0f;
+    for (; i < dim; ++i) sum += to_float(xr[i]) * to_float(xr[i]);
+    for (int j = 0; j < 16; ++j) sum += lane[j];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+    for (int64_t k = 0; k < dim; ++k)
+      out[r * dim + k] = from_float<T>(to_float(xr[k]) * inv * (w ? to_float(w[k]) : 1.0f));
+  }
+}
+}  // namespace
+DEMO_KERNEL_MULTIVERSION
+void rms_norm(void* out, const void* x, const void* w, int64_t r0, int64_t r1, int64_t dim, float eps,
+              DType dtype) {
+  dispatch(dtype, [&](auto tag) DEMO_KERNEL_ALWAYS_INLINE {
+    using T = decltype(tag);
+    rows(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), r0, r1, dim, eps);
+  });
+}
+}  // namespace demo_kernel_cpu
+"""
+
+
 def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reason(demo):
     root, _ = demo
-    # The two mistakes the skill's users made: building without -fno-trapping-math leaves the fp16
-    # conversions scalar, and a Python-side call that torch.compile cannot trace.
+    # The two mistakes the skill's users made: fp16 converted inside the arithmetic loops without
+    # -fno-trapping-math (the loop stays scalar), and a Python-side call torch.compile cannot trace.
+    (root / "kernel_src/demo_kernel_cpu/rms_norm.cpp").write_text(SCALAR_FP16_RMS_NORM)
     toml = root / "build.toml"
     toml.write_text(toml.read_text().replace('"-O3", "-fno-trapping-math"', '"-O3"'))
     init = root / "kernel_src/torch-ext/demo_kernel/__init__.py"
     init.write_text(init.read_text().replace("    return ops.rms_norm(", "    print(\"rms_norm\")\n"
                                                                       "    return ops.rms_norm("))
-    done = hubkernels_cli("verify", "--skip", "tests,abi", "--dtypes", "fp16,bf16", cwd=root)
+    done = hubkernels_cli("verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", CI_TOLERANCE,
+                          cwd=root)
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]
     lines = done.stdout.splitlines()
     compile_fail = [ln for ln in lines if ln.startswith("FAIL") and " compile " in ln]
     speed_fail = [ln for ln in lines if ln.startswith("FAIL") and " speed " in ln]
     assert compile_fail and "rms_norm" in compile_fail[0] and "torch.compile(fullgraph=True) breaks" in compile_fail[0]
     assert speed_fail and "rms_norm fp16" in speed_fail[0] and "slower than torch.compile" in speed_fail[0], lines
-    assert not any("rms_norm bf16" in ln for ln in speed_fail), "bf16 stays fast: the line names the dtype at fault"
     assert lines[-1].startswith("not shippable")
 
 

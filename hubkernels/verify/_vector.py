@@ -36,6 +36,8 @@ def check_vectorised(variant_dir: Path, namespaces: Sequence[str]) -> list[Check
         if not counts:
             found.append(Check("vector", so.name, "skip", f"no functions of {', '.join(namespaces)} in the module"))
         for symbol, (width, packed, scalar) in sorted(counts.items()):
+            if not packed and not scalar:
+                continue  # no floating-point work (a dispatcher, a CPU-feature check)
             need = expected_width(symbol)
             at_width = sum(n for w, n in packed.items() if w >= need)
             data = {"packed": {str(w): n for w, n in packed.items()}, "scalar": scalar, "isa_width": need}
