@@ -59,7 +59,7 @@ def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | N
     """Run every check not in `skip` on the kernel at `path` and return the findings.
 
     `threads` fixes torch's CPU threads while ops are timed (1: stable numbers on a shared machine; None: as is).
-    An op fails when its median exceeds `torch.compile`'s by more than `tolerance` (0.05 = 5 %).
+    An op fails when its time (the fastest fifth of its calls) exceeds `torch.compile`'s by more than `tolerance`.
     """
     from ..config import load_config
     from . import _ops, _steps, _vector
@@ -142,7 +142,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads while timing (default 1: stable on a shared machine; 0: torch's default)")
     p.add_argument("--tolerance", type=float, default=0.05,
-                   help="allowed excess over torch.compile's median time, as a fraction (default 0.05: the "
+                   help="allowed excess over torch.compile's time, as a fraction (default 0.05: the "
                         "run-to-run noise of a shared machine)")
     p.add_argument("--iters", type=int, default=30, help="timed rounds per op and dtype")
     p.set_defaults(func=_cmd_verify)

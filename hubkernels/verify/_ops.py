@@ -17,6 +17,9 @@ from ..errors import UsageError
 from . import Check
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: The gate compares the fastest fifth of each function's calls: on a shared machine the median measures the
+#: other jobs' load as much as the code (runs of one tie swung from 0.6x to 2.5x), the fast calls much less.
+FAST_QUANTILE = 0.2
 
 
 def benchmarks(root: Path) -> list[type[Benchmark]]:
@@ -80,7 +83,8 @@ def check_compile(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> lis
 
 def check_speed(kernel: ModuleType, benches: Sequence[type[Benchmark]], *, dtypes: Sequence[str] = tuple(_DTYPES),
                 threads: int | None = 1, tolerance: float = 0.05, iters: int = 30) -> list[Check]:
-    """Each declared op beside eager and `torch.compile` of its formula, interleaved in one run, per dtype."""
+    """Each declared op beside eager and `torch.compile` of its formula, interleaved in one run, per dtype; the
+    gate compares the fastest fifth of the calls (FAST_QUANTILE)."""
     import torch
 
     unknown = [d for d in dtypes if d not in _DTYPES]
@@ -117,20 +121,22 @@ def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str,
     torch._dynamo.reset()
     compiled = torch.compile(eager, dynamic=False)
     fns: dict[str, Callable[..., Any]] = {"ours": ours, "eager": eager, "torch.compile": compiled}
-    medians = interleaved_medians(fns, inputs, iters)
-    t_ours, t_eager, t_comp = medians["ours"], medians["eager"], medians["torch.compile"]
-    data = {"dtype": dtype_name, "shape": dict(bench.shape), "median_us": {k: round(v, 2) for k, v in medians.items()},
+    samples = interleaved_samples(fns, inputs, iters)
+    fast = {name: quantile(s, FAST_QUANTILE) for name, s in samples.items()}
+    t_ours, t_eager, t_comp = fast["ours"], fast["eager"], fast["torch.compile"]
+    data = {"dtype": dtype_name, "shape": dict(bench.shape), "fast_us": {k: round(v, 2) for k, v in fast.items()},
+            "median_us": {k: round(statistics.median(s), 2) for k, s in samples.items()},
             "vs_compile": round(t_comp / t_ours, 3), "vs_eager": round(t_eager / t_ours, 3),
             "threads": torch.get_num_threads()}
     detail = (f"ours {t_ours:.1f} us, {t_comp / t_ours:.2f}x torch.compile ({t_comp:.1f} us), "
-              f"{t_eager / t_ours:.2f}x eager ({t_eager:.1f} us)")
+              f"{t_eager / t_ours:.2f}x eager ({t_eager:.1f} us); fastest fifth of {iters} calls each")
     if t_ours > t_comp * (1 + tolerance):
         return Check("speed", subject, "fail", f"slower than torch.compile of its formula: {detail}", data)
     return Check("speed", subject, "pass", detail, data)
 
 
-def interleaved_medians(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple], iters: int) -> dict[str, float]:
-    """Median µs per call of each function, timed in turns (ours, eager, compile, ours, ...) so that load from
+def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple], iters: int) -> dict[str, list[float]]:
+    """µs per call of each function, timed in turns (ours, eager, compile, ours, ...) so that load from
     elsewhere on the machine hits them alike; each warms up first (the compile happens there)."""
     for fn in fns.values():
         for i in range(3):
@@ -142,7 +148,13 @@ def interleaved_medians(fns: dict[str, Callable[..., Any]], inputs: Sequence[tup
             t0 = time.perf_counter()
             fn(*args)
             samples[name].append((time.perf_counter() - t0) * 1e6)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return samples
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The `q` quantile of `samples` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _instance(cls: type[Benchmark], kernel: ModuleType, dtype: Any) -> Benchmark | None:
