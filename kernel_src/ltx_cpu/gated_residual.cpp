@@ -9,6 +9,17 @@ template <typename T>
 LTX_INLINE void gated_residual_rows(T* out, const T* x, const T* y, const T* gate,
                                     int64_t row_begin, int64_t row_end, int64_t tokens,
                                     int64_t dim, int64_t batch_stride, int64_t token_stride) {
+  if constexpr (std::is_same_v<T, Half>) {  // fp16: each row through fp32 (F16C), see convert.h
+    Rows f(4, dim);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      widen(f[0], x + r * dim, dim);
+      widen(f[1], y + r * dim, dim);
+      widen(f[2], gate + (r / tokens) * batch_stride + (r % tokens) * token_stride, dim);
+      gated_residual_rows<float>(f[3], f[0], f[1], f[2], 0, 1, 1, dim, 0, 0);
+      narrow(out + r * dim, f[3], dim);
+    }
+    return;
+  }
   for (int64_t r = row_begin; r < row_end; ++r) {
     const T* xr = x + r * dim;
     const T* yr = y + r * dim;
