@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .errors import UsageError
 
-__all__ = ["CLAUDE_DEST", "CODEX_DEST", "OPENCODE_DEST", "SkillInstallError", "install_skill", "register_cli", "skill_dir"]
+__all__ = ["CLAUDE_DEST", "CODEX_DEST", "OPENCODE_DEST", "SkillInstallError", "install_skill", "register_cli",
+           "skill_dir"]
 
 #: Where `install` puts the skill by default (relative to the current directory), per agent.
 CLAUDE_DEST = Path(".claude/skills/hubkernels")

@@ -135,7 +135,8 @@ def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str,
     return Check("speed", subject, "pass", detail, data)
 
 
-def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple], iters: int) -> dict[str, list[float]]:
+def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple],
+                        iters: int) -> dict[str, list[float]]:
     """µs per call of each function, timed in turns (ours, eager, compile, ours, ...) so that load from
     elsewhere on the machine hits them alike; each warms up first (the compile happens there)."""
     for fn in fns.values():

@@ -50,7 +50,8 @@ def check_vectorised(variant_dir: Path, namespaces: Sequence[str]) -> list[Check
     return found
 
 
-def clone_counts(so: Path, namespaces: Sequence[str], objdump: str = "objdump") -> dict[str, tuple[int, dict[int, int], int]]:
+def clone_counts(so: Path, namespaces: Sequence[str],
+                 objdump: str = "objdump") -> dict[str, tuple[int, dict[int, int], int]]:
     """{short symbol: (widest register width used, {width: packed fp instructions}, scalar fp instructions)}."""
     text = subprocess.run([objdump, "-d", "-C", "--no-show-raw-insn", str(so)], capture_output=True, text=True,
                           check=True).stdout
