@@ -21,8 +21,8 @@ from hubkernels.config import load_config
 ROOT = Path(__file__).resolve().parent.parent
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 #: The speed gate's allowance on CI: the 2 shared cores swing a tie between ours and torch.compile by
-#: +-20 %, while the defects the gate exists for (a scalar fp16 loop) are 4x slower or worse.
-CI_TOLERANCE = "0.25"
+#: up to +-40 % under load, while the defects the gate exists for (a scalar fp16 loop) are 4x slower or worse.
+CI_TOLERANCE = "0.5"
 
 
 def hubkernels_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -51,7 +51,8 @@ def test_init_refuses_to_overwrite_and_says_so_in_one_line(tmp_path, monkeypatch
     assert not list(tmp_path.glob(".fast-norms*")), "no staging folder is left behind"
 
 
-@pytest.mark.parametrize("argv", [["Fast_Norms"], ["fast-norms", "--op", "Bad-Op"], ["fast-norms", "--backends", "rocm"]])
+@pytest.mark.parametrize("argv", [["Fast_Norms"], ["fast-norms", "--op", "Bad-Op"],
+                                  ["fast-norms", "--backends", "rocm"]])
 def test_init_rejects_names_kernel_builder_would_not_take(tmp_path, monkeypatch, capsys, argv):
     monkeypatch.chdir(tmp_path)
     assert main(["init", *argv]) == 2

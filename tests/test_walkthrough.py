@@ -14,8 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "walkthrough.md"
 #: The speed gate's allowance on CI: the 2 shared cores swing a tie between ours and torch.compile by
-#: +-20 %, while the defects the gate exists for (a scalar fp16 loop) are 4x slower or worse.
-CI_TOLERANCE = 0.25
+#: up to +-40 % under load, while the defects the gate exists for (a scalar fp16 loop) are 4x slower or worse.
+CI_TOLERANCE = 0.5
 
 
 def doc_blocks() -> list[tuple[str, str]]:
@@ -31,7 +31,7 @@ def as_script(blocks: list[tuple[str, str]]) -> str:
         if lang == "bash":
             # The kernel's own tests already ran in tests/test_init_verify.py on the same template; here verify
             # does every other check, so the walkthrough stays within CI's time. CI machines are shared: the
-            # speed gate allows 25 % noise there (a scalar loop is 4x slower or worse; see CI_TOLERANCE).
+            # speed gate allows 50 % noise there (a scalar loop is 4x slower or worse; see CI_TOLERANCE).
             lines.append(re.sub(r"(?m)^hubkernels verify$",
                                 f"hubkernels verify --skip tests --tolerance {CI_TOLERANCE}", code))
         else:
@@ -48,6 +48,8 @@ def test_the_walkthrough_has_every_step():
 
 def test_the_walkthrough_runs_end_to_end_on_cpu(hub, tmp_path):
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "newcomer", "GIT_AUTHOR_EMAIL": "newcomer@example.com",
+           "GIT_COMMITTER_NAME": "newcomer", "GIT_COMMITTER_EMAIL": "newcomer@example.com",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(["bash", "-c", as_script(doc_blocks())], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=1500)
