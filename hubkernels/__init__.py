@@ -35,6 +35,7 @@ _EXPORTS = {
         "MetadataError")},
     "KernelDependencyError": "hubkernels.kernel_deps",
     "CompileError": "hubkernels.build",
+    "ScaffoldError": "hubkernels.scaffold",
     "ToolchainError": "hubkernels.toolchain",
     "ToolchainUnavailable": "hubkernels.toolchain",
     "TokenError": "hubkernels.server.auth",

@@ -2,7 +2,9 @@
 
 The skill (SKILL.md, references/, templates/) ships inside the package, in `hubkernels/skill/`.
 `hubkernels skill install` copies it where a coding agent looks for skills: `.claude/skills/hubkernels/`
-of the current directory by default, `.codex/skills/hubkernels/` with `--codex`, or any `--dest`.
+of the current directory by default (Claude Code), `.codex/skills/hubkernels/` with `--codex`,
+`.opencode/skills/hubkernels/` with `--opencode` (OpenCode's project skill folder; it also reads
+`.claude/skills/`), or any `--dest`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from pathlib import Path
 
 from .errors import UsageError
 
-__all__ = ["CLAUDE_DEST", "CODEX_DEST", "SkillInstallError", "install_skill", "register_cli", "skill_dir"]
+__all__ = ["CLAUDE_DEST", "CODEX_DEST", "OPENCODE_DEST", "SkillInstallError", "install_skill", "register_cli",
+           "skill_dir"]
 
 #: Where `install` puts the skill by default (relative to the current directory), per agent.
 CLAUDE_DEST = Path(".claude/skills/hubkernels")
 CODEX_DEST = Path(".codex/skills/hubkernels")
+OPENCODE_DEST = Path(".opencode/skills/hubkernels")
 
 #: What a build or test run leaves in the template: never shipped, never installed.
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "_build", "_ops.py", ".pytest_cache")
@@ -79,11 +83,12 @@ def install_skill(dest: str | Path = CLAUDE_DEST, *, force: bool = False) -> Pat
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    dest = args.dest if args.dest is not None else (CODEX_DEST if args.codex else CLAUDE_DEST)
+    dest = args.dest if args.dest is not None else (
+        CODEX_DEST if args.codex else OPENCODE_DEST if args.opencode else CLAUDE_DEST)
     target = install_skill(dest, force=args.force)
     files = sum(1 for p in target.rglob("*") if p.is_file())
     print(f"installed the hubkernels skill ({files} files) in {target}")
-    print(f"  start at {target / 'SKILL.md'}; copy {target / 'templates'} to begin a kernel")
+    print(f"  start at {target / 'SKILL.md'}; `hubkernels init NAME` begins a kernel from its template")
     return 0
 
 
@@ -100,11 +105,14 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
     sub = p.add_subparsers(dest="skill_command", metavar="{install,path}", required=True)
     install = sub.add_parser("install", help="copy the skill where a coding agent finds it",
                              description="Copy SKILL.md, references/ and templates/ to .claude/skills/hubkernels/ "
-                                         "(default), .codex/skills/hubkernels/ (--codex) or --dest.")
+                                         "(default, Claude Code), .codex/skills/hubkernels/ (--codex), "
+                                         ".opencode/skills/hubkernels/ (--opencode) or --dest.")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--dest", type=Path, help="install into this folder instead")
     where.add_argument("--codex", action="store_true",
                        help=f"install into {CODEX_DEST}/ (Codex) instead of {CLAUDE_DEST}/")
+    where.add_argument("--opencode", action="store_true",
+                       help=f"install into {OPENCODE_DEST}/ (OpenCode's project skills) instead of {CLAUDE_DEST}/")
     install.add_argument("--force", action="store_true", help="replace an earlier install of the skill")
     install.set_defaults(func=_cmd_install)
     path = sub.add_parser("path", help="print where the skill lives inside the installed package")

@@ -20,7 +20,7 @@ TEST_USER = "local-user"
 TEST_TOKEN = "hf_local_test_token"
 """The suite's HF_TOKEN: a write token of `TEST_USER`, a member of `TEST_ORGS`."""
 TEST_ORGS = ("hubkernels", "org", "someone", "someone-else", "trusted-later", "trusted-org", "skill-test", "acme",
-             "kernels-test", "other", "evilorg")
+             "kernels-test", "other", "evilorg", "my-org")
 """The organizations tests publish to; a test that publishes under a new organization adds it here."""
 ADMIN_TOKEN = "hf_local_admin_token"
 """An admin token (no write rights) for the test-mode control routes ``/_hubkernels/...``."""

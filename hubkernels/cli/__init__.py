@@ -12,10 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import HubkernelsError
-from . import bench, build, demo, download, info, lock, serve, skill, upload, variants
+from . import bench, build, demo, download, info, init, lock, serve, skill, upload, variants, verify
 
 #: Every command, in the order `hubkernels --help` lists them.
-COMMANDS = (build, variants, serve, upload, download, info, lock, skill, bench, demo)
+COMMANDS = (init, build, verify, variants, serve, upload, download, info, lock, skill, bench, demo)
 
 
 class _Parser(argparse.ArgumentParser):

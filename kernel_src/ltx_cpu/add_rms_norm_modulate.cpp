@@ -15,6 +15,39 @@ LTX_INLINE void add_rms_norm_modulate_rows(T* h, T* out, const T* x, const T* y,
                                            int64_t dim, int64_t mod_batch_stride,
                                            int64_t mod_token_stride, int64_t gate_batch_stride,
                                            int64_t gate_token_stride, double eps) {
+  if constexpr (std::is_same_v<T, Half>) {  // fp16: each row through fp32 (F16C), see convert.h
+    Rows f(7, dim);  // x, y, gate, h, scale, shift, weight
+    if (weight != nullptr) widen(f[6], weight, dim);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const int64_t b = r / tokens, s = r % tokens;
+      widen(f[0], x + r * dim, dim);
+      widen(f[1], y + r * dim, dim);
+      if (gate != nullptr) {
+        widen(f[2], gate + b * gate_batch_stride + s * gate_token_stride, dim);
+        for (int64_t i = 0; i < dim; ++i) f[3][i] = f[0][i] + f[1][i] * f[2][i];
+      } else {
+        for (int64_t i = 0; i < dim; ++i) f[3][i] = f[0][i] + f[1][i];
+      }
+      narrow(h + r * dim, f[3], dim);  // h rounded as gated_residual rounds it; the norm reads that
+      widen(f[3], h + r * dim, dim);
+      const int64_t mod = b * mod_batch_stride + s * mod_token_stride;
+      widen(f[4], scale + mod, dim);
+      widen(f[5], shift + mod, dim);
+      const float inv = inv_rms(f[3], dim, eps);
+      const float* hr = f[3];
+      const float* sc = f[4];
+      const float* sh = f[5];
+      float* o = f[0];
+      if (weight != nullptr) {
+        const float* w = f[6];
+        for (int64_t i = 0; i < dim; ++i) o[i] = hr[i] * inv * w[i] * (1.0f + sc[i]) + sh[i];
+      } else {
+        for (int64_t i = 0; i < dim; ++i) o[i] = hr[i] * inv * (1.0f + sc[i]) + sh[i];
+      }
+      narrow(out + r * dim, o, dim);
+    }
+    return;
+  }
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t b = r / tokens, s = r % tokens;
     const T* xr = x + r * dim;

@@ -6,7 +6,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "ltx_cpu.h"
 
@@ -108,6 +113,70 @@ LTX_INLINE T store(acc_t<T> v) {
   } else {
     return v;
   }
+}
+
+// ---- whole fp16 rows -----------------------------------------------------------------------------
+// With F16C (every AVX2 CPU) fp16 rows convert 8 at a time with vcvtph2ps / vcvtps2ph. The functions
+// carry their own target attribute, so every ISA clone may call them; the CPU is asked once. They live
+// outside ltx_cpu:: on purpose: they are the only out-of-line, single-ISA code (tests check ltx_cpu::).
+}  // namespace ltx_cpu
+
+namespace ltx_f16c {  // fp16 as raw uint16_t bits here
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx,f16c"))) inline void widen_f16c(float* out, const uint16_t* in, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) inline void narrow_f16c(uint16_t* out, const float* in, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+inline bool has_f16c() {
+  static const bool yes = __builtin_cpu_supports("f16c");
+  return yes;
+}
+#else
+inline bool has_f16c() { return false; }
+inline void widen_f16c(float*, const uint16_t*, int64_t) {}
+inline void narrow_f16c(uint16_t*, const float*, int64_t) {}
+#endif
+
+// fp32 scratch rows for the fp16 paths: `count` rows of `dim` floats, one allocation per call.
+struct Rows {
+  Rows(int count, int64_t dim) : data_(new float[count * dim]), dim_(dim) {}
+  float* operator[](int i) { return data_.get() + i * dim_; }
+
+ private:
+  std::unique_ptr<float[]> data_;
+  int64_t dim_;
+};
+}  // namespace ltx_f16c
+
+namespace ltx_cpu {
+using ltx_f16c::has_f16c;
+using ltx_f16c::narrow_f16c;
+using ltx_f16c::Rows;
+using ltx_f16c::widen_f16c;
+
+// out[i] = in[i] as fp32 for n contiguous fp16 elements.
+LTX_INLINE void widen(float* out, const Half* in, int64_t n) {
+  if (has_f16c()) return widen_f16c(out, reinterpret_cast<const uint16_t*>(in), n);
+  for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(in[i].bits);
+}
+
+// out[i] = in[i] rounded to fp16 (nearest even) for n contiguous elements.
+LTX_INLINE void narrow(Half* out, const float* in, int64_t n) {
+  if (has_f16c()) return narrow_f16c(reinterpret_cast<uint16_t*>(out), in, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = Half{float_to_half(in[i])};
 }
 
 // Calls fn(T{}) with the storage type for `dtype`.

@@ -9,6 +9,16 @@ template <typename T>
 LTX_INLINE void rms_norm_rows(T* out, const T* x, const T* weight, int64_t row_begin,
                               int64_t row_end, int64_t dim, double eps) {
   using Acc = acc_t<T>;
+  if constexpr (std::is_same_v<T, Half>) {  // fp16: each row through fp32 (F16C), see convert.h
+    Rows f(3, dim);
+    if (weight != nullptr) widen(f[2], weight, dim);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      widen(f[0], x + r * dim, dim);
+      rms_norm_rows<float>(f[1], f[0], weight != nullptr ? f[2] : nullptr, 0, 1, dim, eps);
+      narrow(out + r * dim, f[1], dim);
+    }
+    return;
+  }
   for (int64_t r = row_begin; r < row_end; ++r) {
     const T* xr = x + r * dim;
     T* yr = out + r * dim;

@@ -13,6 +13,20 @@ LTX_INLINE void rms_norm_modulate_rows(T* out, const T* x, const T* scale, const
                                        const T* weight, int64_t row_begin, int64_t row_end,
                                        int64_t tokens, int64_t dim, int64_t batch_stride,
                                        int64_t token_stride, double eps) {
+  if constexpr (std::is_same_v<T, Half>) {  // fp16: each row through fp32 (F16C), see convert.h
+    Rows f(5, dim);
+    if (weight != nullptr) widen(f[4], weight, dim);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const int64_t mod = (r / tokens) * batch_stride + (r % tokens) * token_stride;
+      widen(f[0], x + r * dim, dim);
+      widen(f[1], scale + mod, dim);
+      widen(f[2], shift + mod, dim);
+      rms_norm_modulate_rows<float>(f[3], f[0], f[1], f[2], weight != nullptr ? f[4] : nullptr, 0, 1,
+                                    1, dim, 0, 0, eps);
+      narrow(out + r * dim, f[3], dim);
+    }
+    return;
+  }
   for (int64_t r = row_begin; r < row_end; ++r) {
     const T* xr = x + r * dim;
     T* yr = out + r * dim;

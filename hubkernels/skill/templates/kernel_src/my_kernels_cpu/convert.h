@@ -1,11 +1,18 @@
 // convert.h: fp16 / bf16 storage types and their fp32 conversions (round to nearest even), dtype
 // dispatch, and the ISA multiversioning macros shared by the CPU ops. Header-only plain C++. The
-// conversions are straight-line integer/float arithmetic with selects, so loops that use them
-// still vectorise.
+// scalar conversions are straight-line integer/float arithmetic with selects: they vectorise (GCC
+// and Clang) only when compiled with -fno-trapping-math, and best in a loop of their own. `widen` and
+// `narrow` convert whole rows that way, or with F16C for fp16. Check each ISA clone's disassembly,
+// not a total: `hubkernels verify` counts packed instructions per clone.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "my_kernels_cpu.h"
 
@@ -89,6 +96,53 @@ MY_KERNELS_INLINE Half from_float<Half>(float v) {
   const uint32_t huge = a > 0x7f800000u ? 0x7e00u : 0x7c00u;  // NaN stays NaN; >= 65520 is inf
   const uint32_t magnitude = a >= 0x477ff000u ? huge : a < 0x38800000u ? tiny : normal;
   return {uint16_t(sign | magnitude)};
+}
+
+// Whole-row conversions. On x86-64 CPUs with F16C (every AVX2 CPU) fp16 rows convert with the
+// hardware's vcvtph2ps / vcvtps2ph, 8 at a time; the functions carry their own target attribute, so
+// they are callable from every ISA clone (GCC and Clang), and the check runs once per process.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx,f16c"))) inline void widen_f16c(float* out, const Half* in, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  for (; i < n; ++i) out[i] = _cvtsh_ss(in[i].bits);
+}
+
+__attribute__((target("avx,f16c"))) inline void narrow_f16c(Half* out, const float* in, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) out[i].bits = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+inline bool has_f16c() {
+  static const bool yes = __builtin_cpu_supports("f16c");
+  return yes;
+}
+#else
+inline bool has_f16c() { return false; }
+inline void widen_f16c(float*, const Half*, int64_t) {}
+inline void narrow_f16c(Half*, const float*, int64_t) {}
+#endif
+
+// out[i] = in[i] as fp32, for a row of n elements.
+template <class T>
+MY_KERNELS_INLINE void widen(float* out, const T* in, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    if (has_f16c()) return widen_f16c(out, in, n);
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
+}
+
+// out[i] = in[i] rounded to T (nearest even), for a row of n elements.
+template <class T>
+MY_KERNELS_INLINE void narrow(T* out, const float* in, int64_t n) {
+  if constexpr (std::is_same_v<T, Half>) {
+    if (has_f16c()) return narrow_f16c(out, in, n);
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = from_float<T>(in[i]);
 }
 
 // Calls fn(T{}) with the storage type of `dtype`.

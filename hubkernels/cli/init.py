@@ -1,0 +1,14 @@
+"""`hubkernels init NAME`: its arguments and run function live in `hubkernels.scaffold`, imported only to run it."""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "init"
+HELP = "create a new kernel from the skill's template (build.toml, sources, package, tests, benchmark)"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from ..scaffold import register_cli
+
+    register_cli(sub)

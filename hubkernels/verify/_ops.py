@@ -1,0 +1,170 @@
+"""verify's op checks, driven by the kernel's benchmark declarations (benchmarks/benchmark*.py, see hubkernels.bench):
+every op traces under `torch.compile(fullgraph=True)`, and every op is at least as fast as `torch.compile` of its own
+formula on the declared shapes, in every dtype asked for.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..bench import Benchmark, discover
+from ..errors import UsageError
+from . import Check
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: The gate compares the fastest fifth of each function's calls: on a shared machine the median measures the
+#: other jobs' load as much as the code (runs of one tie swung from 0.6x to 2.5x), the fast calls much less.
+FAST_QUANTILE = 0.2
+
+
+def benchmarks(root: Path) -> list[type[Benchmark]]:
+    """The kernel's benchmark declarations; none is not an error here (`undeclared` reports it)."""
+    try:
+        return discover(root)
+    except UsageError:
+        return []
+
+
+def workloads(benches: Sequence[type[Benchmark]]) -> dict[str, type[Benchmark]]:
+    """{workload: the class declaring it}, first declaration wins."""
+    owners: dict[str, type[Benchmark]] = {}
+    for cls in benches:
+        for w in cls.workloads():
+            owners.setdefault(w, cls)
+    return owners
+
+
+def undeclared(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> list[Check]:
+    """A failure for every public op of the kernel that no benchmark declares: it would go untimed."""
+    owners = workloads(benches)
+    covered = set(owners) | {cls.kernel_ops.get(w, w) for w, cls in owners.items()}
+    public = [n for n in getattr(kernel, "__all__", []) if callable(getattr(kernel, n, None))
+              and not isinstance(getattr(kernel, n), type)]
+    missing = [n for n in public if n not in covered]
+    if not owners:
+        return [Check("declare", "benchmarks/", "fail", "no benchmarks/benchmark*.py declares the ops: verify "
+                                                        "cannot trace or time them (see `hubkernels init`)")]
+    return [Check("declare", op, "fail", "no benchmark declares this op (setup_/benchmark_/verify_ in "
+                                         "benchmarks/benchmark*.py): it is neither traced nor timed")
+            for op in missing]
+
+
+def check_compile(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> list[Check]:
+    """Each declared op under `torch.compile(fullgraph=True)` on its declared CPU inputs; a graph break fails."""
+    import torch
+
+    found = []
+    for op, cls in workloads(benches).items():
+        bench = _instance(cls, kernel, torch.float32)
+        if bench is None:
+            continue
+        inputs = getattr(bench, f"setup_{op}")()
+        fn = getattr(bench, f"benchmark_{op}")
+        torch._dynamo.reset()
+        try:
+            got = torch.compile(fn, fullgraph=True, backend="aot_eager")(*inputs)
+        except Exception as e:  # noqa: BLE001 - a graph break or tracing error is the finding
+            found.append(Check("compile", op, "fail", f"torch.compile(fullgraph=True) breaks: {_first(e)}"))
+            continue
+        try:
+            torch.testing.assert_close(got, fn(*inputs), rtol=1e-5, atol=1e-5)
+        except AssertionError as e:
+            found.append(Check("compile", op, "fail", f"compiled result differs from the op's: {_first(e)}"))
+            continue
+        found.append(Check("compile", op, "pass", "fullgraph, fake implementation traced"))
+    torch._dynamo.reset()
+    return found
+
+
+def check_speed(kernel: ModuleType, benches: Sequence[type[Benchmark]], *, dtypes: Sequence[str] = tuple(_DTYPES),
+                threads: int | None = 1, tolerance: float = 0.05, iters: int = 30) -> list[Check]:
+    """Each declared op beside eager and `torch.compile` of its formula, interleaved in one run, per dtype; the
+    gate compares the fastest fifth of the calls (FAST_QUANTILE)."""
+    import torch
+
+    unknown = [d for d in dtypes if d not in _DTYPES]
+    if unknown:
+        raise UsageError(f"--dtypes takes {', '.join(_DTYPES)}; got {', '.join(unknown)}")
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    found = []
+    try:
+        for op, cls in workloads(benches).items():
+            for name in dtypes:
+                found.append(_time_op(kernel, cls, op, name, iters, tolerance))
+    finally:
+        torch.set_num_threads(before)
+    return found
+
+
+def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str, iters: int,
+             tolerance: float) -> Check:
+    import torch
+
+    subject = f"{op} {dtype_name}"
+    bench = _instance(cls, kernel, getattr(torch, _DTYPES[dtype_name]))
+    if bench is None:
+        return Check("speed", subject, "skip", "the benchmark cannot make inputs here")
+    inputs = [getattr(bench, f"setup_{op}")() for _ in range(2)]  # two sets, alternated
+    ours = getattr(bench, f"benchmark_{op}")
+    eager = getattr(bench, f"verify_{op}")
+    try:
+        ours(*inputs[0])
+    except Exception as e:  # noqa: BLE001 - an op may support fewer dtypes; say so and go on
+        return Check("speed", subject, "skip", f"the op refused {dtype_name}: {_first(e)}")
+    torch._dynamo.reset()
+    compiled = torch.compile(eager, dynamic=False)
+    fns: dict[str, Callable[..., Any]] = {"ours": ours, "eager": eager, "torch.compile": compiled}
+    samples = interleaved_samples(fns, inputs, iters)
+    fast = {name: quantile(s, FAST_QUANTILE) for name, s in samples.items()}
+    t_ours, t_eager, t_comp = fast["ours"], fast["eager"], fast["torch.compile"]
+    data = {"dtype": dtype_name, "shape": dict(bench.shape), "fast_us": {k: round(v, 2) for k, v in fast.items()},
+            "median_us": {k: round(statistics.median(s), 2) for k, s in samples.items()},
+            "vs_compile": round(t_comp / t_ours, 3), "vs_eager": round(t_eager / t_ours, 3),
+            "threads": torch.get_num_threads()}
+    detail = (f"ours {t_ours:.1f} us, {t_comp / t_ours:.2f}x torch.compile ({t_comp:.1f} us), "
+              f"{t_eager / t_ours:.2f}x eager ({t_eager:.1f} us); fastest fifth of {iters} calls each")
+    if t_ours > t_comp * (1 + tolerance):
+        return Check("speed", subject, "fail", f"slower than torch.compile of its formula: {detail}", data)
+    return Check("speed", subject, "pass", detail, data)
+
+
+def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple],
+                        iters: int) -> dict[str, list[float]]:
+    """µs per call of each function, timed in turns (ours, eager, compile, ours, ...) so that load from
+    elsewhere on the machine hits them alike; each warms up first (the compile happens there)."""
+    for fn in fns.values():
+        for i in range(3):
+            fn(*inputs[i % len(inputs)])
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for i in range(iters):
+        args = inputs[i % len(inputs)]
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn(*args)
+            samples[name].append((time.perf_counter() - t0) * 1e6)
+    return samples
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The `q` quantile of `samples` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _instance(cls: type[Benchmark], kernel: ModuleType, dtype: Any) -> Benchmark | None:
+    import torch
+
+    shape = {**cls.shape, **cls.cpu_shape}
+    return cls(kernel, torch.device("cpu"), dtype, shape, torch.Generator().manual_seed(0))
+
+
+def _first(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0][:240] if lines else ''}"

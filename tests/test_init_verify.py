@@ -1,0 +1,185 @@
+"""`hubkernels init` makes a kernel that `hubkernels verify` passes as it stands, and `verify` catches what made
+kernels slow or uncompilable before: an fp16 loop left scalar and a graph break, each named by op and reason.
+
+The demo kernel is created and verified once per module (one CPU build); the planted defects share one
+second build.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hubkernels.cli import main
+from hubkernels.config import load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+#: The speed gate's allowance on CI: the 2 shared cores swing a tie between ours and torch.compile by
+#: up to +-40 % under load, while the defects the gate exists for (a scalar fp16 loop) are 4x slower or worse.
+CI_TOLERANCE = "0.5"
+
+
+def hubkernels_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m hubkernels ARGS` from this checkout, as a user runs it."""
+    env = {**os.environ, **GIT_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "hubkernels", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=1500)
+
+
+def findings(report: dict, check: str) -> list[dict]:
+    return [c for c in report["checks"] if c["check"] == check]
+
+
+# ---- init -----------------------------------------------------------------------------------------
+
+def test_init_refuses_to_overwrite_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    taken = tmp_path / "fast-norms"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "fast-norms"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "already exists" in err
+    assert [p.name for p in taken.iterdir()] == ["notes.txt"] and (taken / "notes.txt").read_text() == "mine"
+    assert not list(tmp_path.glob(".fast-norms*")), "no staging folder is left behind"
+
+
+@pytest.mark.parametrize("argv", [["Fast_Norms"], ["fast-norms", "--op", "Bad-Op"],
+                                  ["fast-norms", "--backends", "rocm"]])
+def test_init_rejects_names_kernel_builder_would_not_take(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", *argv]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_init_cpu_only_with_a_named_op_follows_kernel_builder_layout(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+    assert main(["init", "mlp-ops", "--backends", "cpu", "--op", "silu_and_mul", "--dest",
+                 str(tmp_path / "k")]) == 0
+    root = tmp_path / "k"
+    config = load_config(root)
+    assert (config.name, config.python_name, config.general.edition) == ("mlp-ops", "mlp_ops", 5)
+    assert config.general.backends == ("cpu",)
+    assert [k.name for k in config.kernels_for("cpu")] == ["mlp_ops_cpu"]
+    assert config.general.hub.repo_id == "my-org/mlp-ops"
+    assert (root / "kernel_src/mlp_ops_cpu/silu_and_mul.cpp").is_file()
+    assert not (root / "kernel_src/mlp_ops_cuda").exists()
+    assert (root / "benchmarks/benchmark_silu_and_mul.py").is_file()
+    package = root / "kernel_src/torch-ext/mlp_ops"
+    text = "\n".join(p.read_text() for p in package.glob("*.py"))
+    assert "def silu_and_mul(" in text and "from ._ops import ops" in text
+    assert "import mlp_ops" not in text and "torch.ops." not in text, "imports inside the package are relative"
+    assert "F.rms_norm" in (package / "layers.py").read_text(), "torch's own functions keep their names"
+    assert not (package / "_ops.py").exists(), "_ops.py is generated per build"
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True)
+    log = subprocess.run(["git", "log", "--oneline"], cwd=root, capture_output=True, text=True)
+    assert status.stdout == "" and len(log.stdout.splitlines()) == 1, "init commits everything once"
+
+
+# ---- init, then verify, as a user runs them -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> tuple[Path, dict]:
+    """`hubkernels init demo-kernel && hubkernels verify demo-kernel --json` in a fresh folder."""
+    work = tmp_path_factory.mktemp("init-verify")
+    made = hubkernels_cli("init", "demo-kernel", cwd=work)
+    assert made.returncode == 0, made.stderr
+    checked = hubkernels_cli("verify", "demo-kernel", "--json", "--tolerance", CI_TOLERANCE, cwd=work)
+    assert checked.stdout.strip(), checked.stderr[-3000:]
+    return work / "demo-kernel", {**json.loads(checked.stdout), "returncode": checked.returncode}
+
+
+def test_a_fresh_kernel_passes_verify(demo):
+    _, report = demo
+    failed = [f"{c['check']} {c['subject']}: {c['detail']}" for c in report["checks"] if c["status"] == "fail"]
+    assert report["returncode"] == 0 and report["ok"], failed
+    assert [c["status"] for c in findings(report, "build") if c["subject"] == "cpu"] == ["pass"]
+    assert findings(report, "tests")[0]["status"] == "pass" and findings(report, "tests")[0]["data"]["passed"] >= 40
+    assert [(c["subject"], c["status"]) for c in findings(report, "compile")] == [("rms_norm", "pass")]
+    assert {c["subject"] for c in findings(report, "speed")} == {"rms_norm fp32", "rms_norm bf16", "rms_norm fp16"}
+
+
+def test_verify_reads_each_isa_clone_on_its_own(demo):
+    _, report = demo
+    clones = {c["subject"]: c for c in findings(report, "vector")}
+    assert {"demo_kernel_cpu::rms_norm [arch_x86_64_v4]", "demo_kernel_cpu::rms_norm [arch_x86_64_v3]",
+            "demo_kernel_cpu::rms_norm [default]"} <= set(clones)
+    assert clones["demo_kernel_cpu::rms_norm [arch_x86_64_v3]"]["data"]["isa_width"] == 256
+    assert all(int(c["data"]["packed"].get(str(c["data"]["isa_width"]), 0)) > 0 for c in clones.values())
+
+
+def test_cuda_is_compiled_or_skipped_with_the_reason(demo):
+    _, report = demo
+    cuda = [c for c in findings(report, "build") if c["subject"] == "cuda"]
+    assert len(cuda) == 1 and cuda[0]["status"] in ("pass", "skip")
+    if cuda[0]["status"] == "skip":
+        assert "CUDA" in cuda[0]["detail"] or "nvcc" in cuda[0]["detail"]
+
+
+# rms_norm as the skill used to teach it: fp16 converted element by element inside the arithmetic loops.
+SCALAR_FP16_RMS_NORM = """
+#include <cmath>
+#include "convert.h"
+namespace demo_kernel_cpu {
+namespace {
+template <class T>
+DEMO_KERNEL_INLINE void rows(T* out, const T* x, const T* w, int64_t r0, int64_t r1, int64_t dim, float eps) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * dim;
+    float lane[16] = {};
+    int64_t i = 0;
+    for (; i + 16 <= dim; i += 16)
+      for (int j = 0; j < 16; ++j) lane[j] += to_float(xr[i + j]) * to_float(xr[i + j]);
+    float sum = 0.0f;
+    for (; i < dim; ++i) sum += to_float(xr[i]) * to_float(xr[i]);
+    for (int j = 0; j < 16; ++j) sum += lane[j];
+    const float inv = 1.0f / std::sqrt(sum / static_cast<float>(dim) + eps);
+    for (int64_t k = 0; k < dim; ++k)
+      out[r * dim + k] = from_float<T>(to_float(xr[k]) * inv * (w ? to_float(w[k]) : 1.0f));
+  }
+}
+}  // namespace
+DEMO_KERNEL_MULTIVERSION
+void rms_norm(void* out, const void* x, const void* w, int64_t r0, int64_t r1, int64_t dim, float eps,
+              DType dtype) {
+  dispatch(dtype, [&](auto tag) DEMO_KERNEL_ALWAYS_INLINE {
+    using T = decltype(tag);
+    rows(static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(w), r0, r1, dim, eps);
+  });
+}
+}  // namespace demo_kernel_cpu
+"""
+
+
+def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reason(demo):
+    root, _ = demo
+    # The two mistakes the skill's users made: fp16 converted inside the arithmetic loops without
+    # -fno-trapping-math (the loop stays scalar), and a Python-side call torch.compile cannot trace.
+    (root / "kernel_src/demo_kernel_cpu/rms_norm.cpp").write_text(SCALAR_FP16_RMS_NORM)
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace('"-O3", "-fno-trapping-math"', '"-O3"'))
+    init = root / "kernel_src/torch-ext/demo_kernel/__init__.py"
+    init.write_text(init.read_text().replace("    return ops.rms_norm(", "    print(\"rms_norm\")\n"
+                                                                      "    return ops.rms_norm("))
+    done = hubkernels_cli("verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", CI_TOLERANCE,
+                          cwd=root)
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    compile_fail = [ln for ln in lines if ln.startswith("FAIL") and " compile " in ln]
+    speed_fail = [ln for ln in lines if ln.startswith("FAIL") and " speed " in ln]
+    assert compile_fail and "rms_norm" in compile_fail[0] and "torch.compile(fullgraph=True) breaks" in compile_fail[0]
+    assert speed_fail and "rms_norm fp16" in speed_fail[0] and "slower than torch.compile" in speed_fail[0], lines
+    assert lines[-1].startswith("not shippable")
+
+
+def test_verify_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["verify", str(tmp_path)]) == 2  # no build.toml
+    assert "build.toml" in capsys.readouterr().err
