@@ -326,7 +326,7 @@ class Launch {
  public:
   explicit Launch(const Tensor& x) : guard_(x.get_device_index()) {
     void* s = nullptr;
-    STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(x.get_device_index(), &s));
+    TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(x.get_device_index(), &s));
     stream_ = static_cast<cudaStream_t>(s);
   }
 
