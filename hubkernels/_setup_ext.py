@@ -38,7 +38,10 @@ def main(spec_path: str) -> None:
     make = CUDAExtension if spec["cuda"] and not stable_cuda else CppExtension
     extra: dict = {}
     if stable_cuda:
+        from torch.utils import cpp_extension
+
         home = os.environ.get("CUDA_HOME", "")
+        cpp_extension.CUDA_HOME = home or None  # a CPU torch never looks for a toolkit; nvcc compiles the .cu files
         extra = {"libraries": ["cudart"], "library_dirs": [d for d in (f"{home}/lib64", f"{home}/lib")
                                                            if os.path.isdir(d)]}
     ext = make(

@@ -153,8 +153,10 @@ def _run_job(config: BuildConfig, job: Job, say: Say, jobs_per_build: int | None
     proc = subprocess.run(cmd, env=tc.env(), capture_output=True, text=True)
     log_file.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        tail = [line for line in (proc.stdout + proc.stderr).strip().splitlines() if line.strip()][-15:]
-        return Outcome(job, "failed", time.monotonic() - start, detail="\n".join(tail) or f"exit {proc.returncode}")
+        lines = [line for line in (proc.stdout + proc.stderr).strip().splitlines() if line.strip()]
+        errors = [line for line in lines if "error" in line.lower() and "Warning" not in line]
+        detail = "\n".join((errors[-1:] if errors else []) + lines[-15:]) or f"exit {proc.returncode}"
+        return Outcome(job, "failed", time.monotonic() - start, detail=detail)
     produced = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if Path(produced).name != job.variant:
         return Outcome(job, "failed", time.monotonic() - start,
