@@ -25,10 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def kernel(hub, tmp_path_factory) -> tuple[str, str]:
-    """(repo id, v1 commit) of a freshly published tiny-act with a file large enough for LFS."""
+    """(repo id, v1 commit) of a freshly published tiny-act whose files all travel over plain HTTP GETs (under the
+    hub's 1 KiB large-file threshold), so faults on `/resolve/` reach them; Xet transfers have their own tests."""
     repo_id = new_repo()
     upload(make_kernel(tmp_path_factory.mktemp("k") / "k", value=3,
-                       extra_files={"table.py": "TABLE = " + repr(list(range(2000))) + "\n"}), repo_id=repo_id)
+                       extra_files={"table.py": "TABLE = " + repr(list(range(200))) + "\n"}), repo_id=repo_id)
     return repo_id, kernel_versions(repo_id)[1]
 
 
