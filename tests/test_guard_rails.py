@@ -47,8 +47,8 @@ def test_the_tree_passes_both_checks():
 def test_an_upward_import_breaks_the_stage_contract(tmp_path):
     tree = _copy_tree(tmp_path)
     assert _run("lint-imports", tree).returncode == 0
-    config = tree / "hubkernels" / "config.py"
-    planted = "\n\ndef _planted():\n    from .integrations import diffusers  # noqa: F401\n"
+    config = tree / "hubkernels" / "config" / "model.py"
+    planted = "\n\ndef _planted():\n    from ..integrations import diffusers  # noqa: F401\n"
     config.write_text(config.read_text() + planted)
     result = _run("lint-imports", tree)
     assert result.returncode != 0

@@ -34,6 +34,7 @@ from ..load import Verified
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
 from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
+from ._verify import _download_and_verify, _shipped  # noqa: F401  (the tests reach them here)
 from ._local import RepoState, Refs, TreeEntry, compile_sources, is_commit, version_of
 from ._trust import TrustRemoteCode
 from ._trust import check_trust as _check_trust
@@ -337,91 +338,6 @@ def _resolution(repo_id: str, version: int | None, revision: str | None, backend
     return ref, resolve(_variant_names(state, ref.commit, _tree(state, remote, ref.commit)), None, backend)
 
 
-def _shipped(path: str) -> bool:
-    return ships(path)
-
-
-def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: str,
-                         tree: dict[str, TreeEntry] | None, force: bool) -> tuple[str, Verified]:
-    """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256 and
-    what was verified."""
-    vdir = state.variant_dir(ref.commit, variant)
-    prefix = f"build/{variant}/"
-    if tree is not None:
-        wanted = {p: e for p, e in tree.items() if p.startswith(prefix) and _shipped(p)}
-        if prefix + "metadata.json" not in wanted:
-            raise VariantNotFoundError(f"{state.repo_id}@{ref.commit[:7]}: build/{variant} has no metadata.json, "
-                                       "so it is not a loadable variant. Ask the publisher to re-upload it.")
-        missing = [p for p, e in wanted.items()
-                   if force or not _has_size(state.variant_dir(ref.commit, variant) / p[len(prefix):], e.size)]
-        if missing:
-            remote.download(ref.commit, sorted(missing), state.cache, force=force, label=f"{state.repo_id} {variant}",
-                            etags={p: wanted[p].lfs_sha256 or wanted[p].blob_id for p in missing})
-    elif not (vdir / "metadata.json").is_file():
-        raise KernelNotFoundError(f"HF_HUB_OFFLINE=1 and {vdir} is not in the cache. Load it once online first.")
-    return _verify(state, ref, variant, tree)
-
-
-def _has_size(path: Path, size: int) -> bool:
-    try:
-        return path.stat().st_size == size
-    except OSError:
-        return False
-
-
-def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry] | None) -> tuple[str, Verified]:
-    vdir = state.variant_dir(ref.commit, variant)
-    repair = (f"Repair it with get_kernel({state.repo_id!r}, revision={ref.commit!r}, force_download=True) "
-              f"(CLI: `hubkernels download {state.repo_id}@{ref.commit} --force`), or delete {state.repo_dir}.")
-    state.drop_receipt(ref.commit, variant)
-    prefix = f"build/{variant}/"
-    try:
-        raw = (vdir / "metadata.json").read_bytes()
-    except OSError as e:
-        raise DigestError(f"{vdir}/metadata.json cannot be read ({e}). {repair}") from None
-    meta_sha = hashlib.sha256(raw).hexdigest()
-    entry = tree.get(prefix + "metadata.json") if tree is not None else None
-    if entry is not None and not entry.matches(raw):
-        raise DigestError(f"{vdir}/metadata.json differs from the one the Hub lists for commit {ref.commit[:7]}. "
-                          f"{repair}")
-    metadata = Metadata.parse(raw, f"{vdir}/metadata.json")
-    if metadata.digest:
-        algorithm = metadata.digest.get("algorithm", "sha256")
-        problems, hashes = _digest.check(vdir, metadata.digest)
-    elif tree is not None:
-        logger.warning("%s %s: metadata.json has no digest; checking the files against the Hub's listing instead",
-                       state.repo_id, variant)
-        algorithm = "sha256"
-        listed = {p[len(prefix):]: e for p, e in tree.items() if p.startswith(prefix) and _shipped(p)}
-        problems, hashes = _tree_violations(vdir, {p: e for p, e in listed.items()
-                                                   if p not in _digest.EXCLUDED_TOP_LEVEL})
-    else:
-        problems = ["metadata.json has no digest, and offline there is no Hub listing to check the files against"]
-    if problems:
-        raise DigestError(f"{vdir} does not match what was published; refusing to load it:\n  - "
-                          + "\n  - ".join(problems) + f"\n{repair}")
-    if base64.b64decode(_digest.hash_file(vdir / "metadata.json", memo=True)).hex() != meta_sha:
-        raise DigestError(f"{vdir}/metadata.json changed while it was being verified. {repair}")
-    verified = Verified(algorithm, hashes)
-    verified = Verified(algorithm, hashes, compile_sources(vdir, verified))
-    state.save_receipt(ref.commit, variant, meta_sha, verified)
-    return meta_sha, verified
-
-
-def _tree_violations(vdir: Path, expected: dict[str, TreeEntry]) -> tuple[list[str], dict[str, str]]:
-    """Check the files against the Hub's listing; returns (violations, sha256 of each file as it was checked)."""
-    actual = dict(_digest.files(vdir))
-    problems = [f"missing file {p}" for p in sorted(set(expected) - set(actual))]
-    problems += [f"unexpected file {p}" for p in sorted(set(actual) - set(expected))]
-    hashes: dict[str, str] = {}
-    for p in sorted(set(expected) & set(actual)):
-        data = actual[p].read_bytes()
-        hashes[p] = _digest.hash_bytes(data)
-        if not expected[p].matches(data):
-            problems.append(f"{p} has been modified (hash mismatch)")
-    return problems, hashes
-
-
 # -- command line ----------------------------------------------------------------------------------------------
 
 
@@ -436,60 +352,7 @@ def parse_spec(spec: str) -> tuple[str, int | None, str | None]:
 
 
 def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
-    """Add `download`, `info` and `lock` to the hubkernels CLI."""
-    p = subparsers.add_parser("download", help="download and verify a Hub kernel's variant for this machine")
-    p.add_argument("kernel", help="org/name, org/name@v<N> or org/name@<revision>")
-    p.add_argument("--backend", help="choose the variant for this backend (cpu or the machine's)")
-    p.add_argument("--trust-remote-code", action="store_true", help="load even if the publisher is not trusted")
-    p.add_argument("--force", action="store_true", help="download again even if cached (repairs a damaged cache)")
-    p.add_argument("--build", action="store_true", default=None,
-                   help="if no published variant fits this machine, build the published source here")
-    p.set_defaults(func=_cmd_download)
-    p = subparsers.add_parser("info", help="show a Hub kernel's versions and how its variants resolve here")
-    p.add_argument("kernel", help="org/name, org/name@v<N> or org/name@<revision>")
-    p.add_argument("--backend", help="resolve for this backend (cpu or the machine's)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=_cmd_info)
-    from .locked import register_cli as register_lock
+    """Add `download`, `info` and `lock` to the hubkernels CLI (they live in `fetch.commands`)."""
+    from .commands import register_cli as register
 
-    register_lock(subparsers)
-
-
-def _cmd_download(args) -> int:  # type: ignore[no-untyped-def]
-    repo_id, version, revision = parse_spec(args.kernel)
-    path = install_kernel(repo_id, version=version, revision=revision, backend=args.backend,
-                          trust_remote_code=bool(args.trust_remote_code), force_download=args.force,
-                          build=args.build)
-    print(path)
-    return 0
-
-
-def _cmd_info(args) -> int:  # type: ignore[no-untyped-def]
-    repo_id, version, revision = parse_spec(args.kernel)
-    state, remote = RepoState(repo_id), Remote(repo_id)
-    cached = state.refs()
-    age = None if cached is None else max(0.0, cached.age()) if cached.checked_at else float("inf")
-    versions = _refs(state, remote, max_age=0.0)[0].versions
-    ref, resolution = _resolution(repo_id, version, revision, args.backend, None)
-    if args.json:
-        print(json.dumps({
-            "repo_id": repo_id, "versions": {f"v{n}": c for n, c in versions.items()},
-            "version_cache_age_s": None if age is None or age == float("inf") else round(age, 1),
-            "version_cache_ttl_s": settings.version_freshness_s(),
-            "resolved": {"label": ref.label, "commit": ref.commit, "version": ref.version},
-            "chosen": str(resolution.chosen) if resolution.chosen else None,
-            "trace": [{"variant": str(e.variant), "accepted": True} if isinstance(e, Accepted)
-                      else {"variant": e.name, "accepted": False, "reason": e.reason} for e in resolution.trace],
-        }, indent=2))
-        return 0
-    print(f"{repo_id}")
-    ttl = settings.version_freshness_s()
-    shown = "empty" if age is None else "stale" if age == float("inf") else f"{age:.0f} s old"
-    print(f"  version cache: {shown} (answers warm loads for "
-          f"{ttl:.0f} s, HUBKERNELS_VERSION_TTL); listed again now")
-    for n, commit in versions.items():
-        print(f"  v{n}  {commit}")
-    print(f"\n{ref.label} (commit {ref.commit[:7]}) on this machine:")
-    print(resolution.describe())
-    return 0 if resolution.chosen is not None else 1
-
+    register(subparsers)
