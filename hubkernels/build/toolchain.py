@@ -22,7 +22,7 @@ COMPILED_BACKENDS = ("cpu", "cuda")
 def choose_backend(config: BuildConfig, system: System, backend: str | None) -> str:
     """The backend to build: the one asked for, else this system's if the kernel supports it, else cpu."""
     backends = config.general.backends
-    if backend:
+    if backend is not None:
         if backend not in backends:
             raise BuildError(f"{config.general.name} does not list backend {backend!r} (it lists {', '.join(backends)})")
         return backend
