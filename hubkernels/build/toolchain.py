@@ -6,7 +6,9 @@ Each check fails with a `BuildError` of one line that names the fix, before any 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from ..config import BuildConfig
@@ -99,11 +101,23 @@ def cuda_home() -> Path | None:
 
     nvcc = shutil.which("nvcc")
     candidates = [Path(h) for h in (cpp_extension.CUDA_HOME,) if h]
-    if nvcc:  # /usr/local/bin/nvcc may be a link into /usr/local/cuda-X.Y, whose include/ torch needs
+    if nvcc:  # /usr/local/bin/nvcc may be a link or wrapper into /usr/local/cuda-X.Y, whose include/ torch needs
         candidates += [Path(nvcc).parent.parent, Path(os.path.realpath(nvcc)).parent.parent]
+        candidates += [p for p in [_nvcc_top(nvcc)] if p is not None]
     with_nvcc = [c for c in candidates if (c / "bin" / "nvcc").is_file()]
     complete = [c for c in with_nvcc if (c / "include" / "cuda_runtime.h").is_file()]
     return (complete or with_nvcc or [None])[0]
+
+
+def _nvcc_top(nvcc: str) -> Path | None:
+    """The toolkit root nvcc itself reports (`TOP=` of a dry run), which sees through wrapper scripts."""
+    try:
+        out = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-E", os.devnull], capture_output=True, text=True, timeout=60,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"^#\$ TOP=(.+)$", out.stdout + out.stderr, re.MULTILINE)
+    return Path(os.path.realpath(m.group(1).strip())) if m else None
 
 
 def cuda_wheel_includes() -> list[Path]:
