@@ -161,3 +161,28 @@ def test_cuda_sources_compile_without_a_gpu(name: str, variant: str) -> None:
     so = path / f"{meta.id}.abi3.so"
     assert so.is_file() and not any("torch_python" in lib for lib in _needed_libraries(so))
 
+
+
+def test_stable_abi_wheel_requires_torch_at_least_its_target(tmp_path: Path) -> None:
+    import zipfile
+
+    from hubkernels.wheel import build_wheel
+
+    whl = build_wheel(built("relu-torch-stable-abi").path, tmp_path)
+    assert whl.name == "relu_torch_stable_abi-1+torch.stable.abi211.cpu-cp310-abi3-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(whl) as zf:
+        meta = zf.read("relu_torch_stable_abi-1+torch.stable.abi211.cpu.dist-info/METADATA").decode()
+    assert "Requires-Dist: torch>=2.11" in meta.splitlines()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["relu", "extra-data", "relu-torch-stable-abi"])
+def test_cuda_ops_match_pytorch_on_the_gpu(name: str) -> None:
+    result = build(UPSTREAM / name, backend="cuda", quiet=True)
+    mod = hubkernels.get_local_kernel(UPSTREAM / name, backend="cuda")
+    x = torch.randn(333, 517, device="cuda")
+    if name == "extra-data":
+        expected, got = torch.where(x > 0.25, x, torch.zeros_like(x)), mod.threshold_relu(x)
+    else:
+        expected, got = torch.relu(x), mod.relu(x)
+    assert result.variant.backend == "cuda" and torch.equal(got, expected)

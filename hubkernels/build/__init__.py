@@ -75,7 +75,7 @@ def _build_locked(config: BuildConfig, backend: str | None, jobs: int | None, ve
     out_root = Path(out_dir) if out_dir else config.root / "build"
     uid = unique_id(config.root)
     if config.is_noarch(chosen):
-        backends = [chosen] if backend else [chosen] + [b for b in config.general.backends
+        backends = [chosen] if backend is not None else [chosen] + [b for b in config.general.backends
                                                          if b != chosen and config.is_noarch(b)]
         results = [_build_variant(config, b, Variant("noarch", b), None, uid, out_root, jobs, verbose, quiet)
                    for b in backends]

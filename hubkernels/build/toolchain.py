@@ -24,7 +24,7 @@ COMPILED_BACKENDS = ("cpu", "cuda")
 def choose_backend(config: BuildConfig, system: System, backend: str | None) -> str:
     """The backend to build: the one asked for, else this system's if the kernel supports it, else cpu."""
     backends = config.general.backends
-    if backend:
+    if backend is not None:
         if backend not in backends:
             raise BuildError(f"{config.general.name} does not list backend {backend!r} (it lists {', '.join(backends)})")
         return backend
@@ -123,11 +123,23 @@ def cuda_home() -> Path | None:
 
     nvcc = shutil.which("nvcc")
     candidates = [Path(h) for h in (cpp_extension.CUDA_HOME,) if h]
-    if nvcc:  # /usr/local/bin/nvcc may be a link into /usr/local/cuda-X.Y, whose include/ torch needs
+    if nvcc:  # /usr/local/bin/nvcc may be a link or wrapper into /usr/local/cuda-X.Y, whose include/ torch needs
         candidates += [Path(nvcc).parent.parent, Path(os.path.realpath(nvcc)).parent.parent]
+        candidates += [p for p in [_nvcc_top(nvcc)] if p is not None]
     with_nvcc = [c for c in candidates if (c / "bin" / "nvcc").is_file()]
     complete = [c for c in with_nvcc if (c / "include" / "cuda_runtime.h").is_file()]
     return (complete or with_nvcc or [None])[0]
+
+
+def _nvcc_top(nvcc: str) -> Path | None:
+    """The toolkit root nvcc itself reports (`TOP=` of a dry run), which sees through wrapper scripts."""
+    try:
+        out = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-E", os.devnull], capture_output=True, text=True, timeout=60,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"^#\$ TOP=(.+)$", out.stdout + out.stderr, re.MULTILINE)
+    return Path(os.path.realpath(m.group(1).strip())) if m else None
 
 
 def cuda_wheel_includes() -> list[Path]:
