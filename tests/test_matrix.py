@@ -128,7 +128,8 @@ _RUN_LTX = textwrap.dedent("""
     x = torch.randn(2, 48, 128, generator=g)
     scale, shift, gate = (torch.randn(2, 1, 128, generator=g) for _ in range(3))
     y = torch.randn(2, 48, 128, generator=g)
-    out = {"rms_norm": ltx.rms_norm(x, None, 1e-6), "rms_norm_modulate": ltx.rms_norm_modulate(x, scale, shift, 1e-6),
+    out = {"rms_norm": ltx.rms_norm(x, None, 1e-6),
+           "rms_norm_modulate": ltx.rms_norm_modulate(x, scale, shift, None, 1e-6),
            "gelu_tanh": ltx.gelu_tanh(x), "gated_residual": ltx.gated_residual(x, y, gate)}
     torch.save({k: v.contiguous() for k, v in out.items()}, sys.argv[2])
     print(torch.__version__)
