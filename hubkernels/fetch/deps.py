@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import settings
 from ..errors import HubkernelsError, VariantNotFoundError
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from . import Installed, TrustRemoteCode
 
 __all__ = ["Dependency", "KernelDependencyError", "dependencies", "get_kernel_dep", "providing",
-           "install_dependencies", "import_with_dependencies", "local_dependencies", "locked_dependencies"]
+           "install_dependencies", "import_with_dependencies", "local_dependencies"]
 
 
 @dataclass(frozen=True)
@@ -128,16 +128,3 @@ def _install_one(dep: Dependency, *, backend: str | None, trust_remote_code: Tru
             if isinstance(e, VariantNotFoundError) else ""
         raise type(e)(f"while installing kernel dependency {dep}{' (pinned ' + pinned[:7] + ')' if pinned else ''}: "
                       f"{e}{also}") from e
-
-
-def locked_dependencies(repo_id: str, commit: str, variants: list[str] | Mapping[str, Any],
-                        cache_dir: str | Path | None = None) -> list[Dependency]:
-    """Every dependency any of `variants` of `repo_id@commit` declares (their metadata.json must be cached)."""
-    from ._local import RepoState
-
-    snapshot = RepoState(repo_id, cache_dir).repo_dir / "snapshots" / commit / "build"
-    found: dict[Dependency, None] = {}
-    for variant in variants:
-        for dep in dependencies(Metadata.read(snapshot / variant)):
-            found[dep] = None
-    return list(found)
