@@ -228,20 +228,24 @@ class Remote:
 
     def build_tree(self, commit: str) -> dict[str, TreeEntry]:
         """Every file under build/ at `commit`, with size and hashes: one request for all variants."""
+        return self.files_under(commit, "build", "the build variants", (
+            f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this the right "
+            "revision? Versions are the v<N> branches; `hubkernels upload` publishes there."))
+
+    def files_under(self, commit: str, directory: str, what: str, missing: str) -> dict[str, TreeEntry]:
+        """Every file under `directory` at `commit`, with size and hashes, in one listing; `missing` is the
+        KernelNotFoundError's message when the directory does not exist. A malformed hash refuses the server."""
         from huggingface_hub import RepoFile
         from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
         def listing() -> list:
-            return list(self.api.list_repo_tree(self.repo_id, path_in_repo="build", recursive=True,
+            return list(self.api.list_repo_tree(self.repo_id, path_in_repo=directory, recursive=True,
                                                 revision=commit, repo_type="kernel"))
 
         try:
-            entries = call(f"listing the build variants of {self.repo_id}@{commit[:7]}", listing, attempts=1)
+            entries = call(f"listing {what} of {self.repo_id}@{commit[:7]}", listing, attempts=1)
         except EntryNotFoundError:
-            raise KernelNotFoundError(
-                f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this "
-                "the right revision? Versions are the v<N> branches; `hubkernels upload` publishes there."
-            ) from None
+            raise KernelNotFoundError(missing) from None
         except RevisionNotFoundError:
             raise KernelNotFoundError(
                 f"{self.repo_id} has no commit {commit} on {endpoint()}. Check the revision, or load a version: "

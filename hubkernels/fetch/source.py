@@ -30,8 +30,8 @@ from ..errors import DigestError, VariantNotFoundError
 from ..metadata import Metadata
 from ..publish import SOURCE_DIR
 from ..variants import Resolution, resolve
-from ._hub import KernelNotFoundError, Remote, call
-from ._local import RepoState, TreeEntry
+from ._hub import KernelNotFoundError, Remote
+from ._local import RepoState
 
 logger = logging.getLogger("hubkernels.fetch")
 
@@ -123,21 +123,9 @@ def _existing(builds: Path, backend: str | None, only: str | None = None) -> Bui
 
 def _download_source(state: RepoState, remote: Remote, commit: str) -> Path:
     """`source/` of `commit` in the cache, every file checked against the Hub's listing; returns its directory."""
-    from huggingface_hub import RepoFile
-    from huggingface_hub.errors import EntryNotFoundError
-
-    def listing() -> list:
-        return list(remote.api.list_repo_tree(state.repo_id, path_in_repo=SOURCE_DIR, recursive=True,
-                                              revision=commit, repo_type="kernel"))
-
-    try:
-        entries = call(f"listing the source of {state.repo_id}@{commit[:7]}", listing, attempts=1)
-    except EntryNotFoundError:
-        raise KernelNotFoundError(
-            f"{state.repo_id}@{commit[:7]} publishes no source (no {SOURCE_DIR}/ directory), so it cannot be built "
-            "here. Ask the publisher to upload again with `hubkernels upload`, which publishes it.") from None
-    tree = {e.path: TreeEntry(e.size, e.blob_id, e.lfs.sha256 if e.lfs else None)
-            for e in entries if isinstance(e, RepoFile)}
+    tree = remote.files_under(commit, SOURCE_DIR, "the source", (
+        f"{state.repo_id}@{commit[:7]} publishes no source (no {SOURCE_DIR}/ directory), so it cannot be built "
+        "here. Ask the publisher to upload again with `hubkernels upload`, which publishes it."))
     snapshot = state.repo_dir / "snapshots" / commit
     remote.download(commit, sorted(tree), state.cache, force=False, label=f"{state.repo_id} source")
     bad = [p for p, e in tree.items() if not e.matches((snapshot / p).read_bytes())]
