@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import os
 import platform
+import re
 import secrets
 import shutil
 import subprocess
@@ -480,20 +481,29 @@ def test_thread_count_does_not_change_results(ltx, rand: Rand):
         assert torch.equal(a, b)
 
 
-def test_cpu_loops_are_compiled_for_each_isa(ltx):
-    """Every ltx_cpu entry point is an ifunc over AVX-512/AVX2/baseline clones, with its loops inlined
-    into each clone: a loop left out of line is compiled once, for baseline x86-64 only (about 2x
-    slower, silently)."""
+CPU_OPS = ("rms_norm", "rms_norm_modulate", "add_rms_norm_modulate", "rope_interleaved_qk", "gelu_tanh",
+           "gated_residual", "qk_rms_norm_rope", "qk_rms_norm_rope_grid")
+_RUNNER = re.compile(r"ltx_cpu::run_(avx512|avx2|baseline)<ltx_cpu::(\w+)\(.*?operator\(\)<(?:ltx_cpu::)?(\w+)>")
+
+
+def test_cpu_ops_are_compiled_once_per_isa(ltx):
+    """Every ltx_cpu op and storage type has one compilation per ISA (vec.h's run_avx512 / run_avx2 /
+    run_baseline) with everything it calls inlined: a helper left out of line would be compiled once, for
+    baseline x86-64 only (about 2x slower, silently)."""
     nm = shutil.which("nm")
     if nm is None or platform.machine() != "x86_64":
         pytest.skip("needs binutils' nm on x86_64")
     (so,) = Path(ltx.__file__).parent.glob("*.so")
-    symbols = subprocess.run([nm, "-C", str(so)], capture_output=True, text=True, check=True).stdout
-    ours = [line for line in symbols.splitlines() if "ltx_cpu::" in line]
-    clones = [line for line in ours if "[clone .arch_x86_64_v4]" in line and "[clone .cold]" not in line]
-    assert len(clones) == 8, "\n".join(ours)
-    out_of_line = [line for line in ours if " i " not in line and "[clone ." not in line.split(")")[-1]
-                   or ".constprop" in line or "lambda" in line]
+    symbols = subprocess.run([nm, "-C", "--defined-only", str(so)], capture_output=True, text=True,
+                             check=True).stdout
+    text = [line.split(" ", 2)[2] for line in symbols.splitlines()
+            if "ltx_cpu::" in line and line.split(" ", 2)[1] in "tTwW"]
+    runners = {m.groups() for m in map(_RUNNER.search, text) if m}
+    assert runners == {(isa, op, t) for isa in ("avx512", "avx2", "baseline") for op in CPU_OPS
+                       for t in ("float", "BFloat16", "Half", "double")}
+    entry = set(CPU_OPS) | {"prefer_huge_pages", "stream_outputs"}
+    functions = [(name, re.match(r"(?:\w+ )?ltx_cpu::(\w+)\(", name)) for name in text if not _RUNNER.search(name)]
+    out_of_line = [name for name, m in functions if m is None or m.group(1) not in entry]
     assert not out_of_line, "\n".join(out_of_line)
 
 

@@ -3,17 +3,17 @@
 // qk_rms_norm_rope_grid (tables computed per row).
 #pragma once
 
-#include "convert.h"
+#include "vec.h"
 
 namespace ltx_cpu::detail {
 
-// A pass summing squares, then a pass over (x[2i], x[2i+1]) pairs that normalises, weights and
+// A pass summing squares (vec.h), then a plain-loop pass over (x[2i], x[2i+1]) pairs that normalises, weights and
 // rotates; no rounding between the norm and the rotation.
-template <typename T>
-LTX_INLINE void norm_rope_row(T* out, const T* x, const T* weight, const float* cos,
+template <typename Isa, typename T>
+LTX_INLINE void norm_rope_row(Isa isa, T* out, const T* x, const T* weight, const float* cos,
                               const float* sin, int64_t dim, double eps) {
   using Acc = acc_t<T>;
-  const Acc inv = inv_rms(x, dim, eps);
+  const Acc inv = inv_rms(isa, x, dim, eps);
   for (int64_t i = 0; i < dim; i += 2) {
     const Acc real = load(x[i]) * inv * load(weight[i]);
     const Acc imag = load(x[i + 1]) * inv * load(weight[i + 1]);

@@ -28,8 +28,8 @@ LTX_INLINE void rope_row(float* cos, float* sin, const float* pos, const float* 
   }
 }
 
-template <typename T>
-LTX_INLINE void qk_rms_norm_rope_grid_rows(T* q_out, T* k_out, const T* q, const T* k,
+template <typename Isa, typename T>
+LTX_INLINE void qk_rms_norm_rope_grid_rows(Isa isa, T* q_out, T* k_out, const T* q, const T* k,
                                            const T* weight_q, const T* weight_k, const float* pos,
                                            const float* freqs, int64_t row_begin, int64_t row_end,
                                            int64_t dim, double eps) {
@@ -37,24 +37,25 @@ LTX_INLINE void qk_rms_norm_rope_grid_rows(T* q_out, T* k_out, const T* q, const
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t o = r * dim;
     rope_row(cos.data(), sin.data(), pos + 3 * r, freqs, dim);
-    norm_rope_row(q_out + o, q + o, weight_q, cos.data(), sin.data(), dim, eps);
-    norm_rope_row(k_out + o, k + o, weight_k, cos.data(), sin.data(), dim, eps);
+    norm_rope_row(isa, q_out + o, q + o, weight_q, cos.data(), sin.data(), dim, eps);
+    norm_rope_row(isa, k_out + o, k + o, weight_k, cos.data(), sin.data(), dim, eps);
   }
 }
 
 }  // namespace
 
-LTX_CPU_MULTIVERSION
 void qk_rms_norm_rope_grid(void* q_out, void* k_out, const void* q, const void* k,
                            const void* weight_q, const void* weight_k, const float* pos,
                            const float* freqs, int64_t row_begin, int64_t row_end, int64_t dim,
                            double eps, DType dtype) {
-  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
+  dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    qk_rms_norm_rope_grid_rows(static_cast<T*>(q_out), static_cast<T*>(k_out),
-                               static_cast<const T*>(q), static_cast<const T*>(k),
-                               static_cast<const T*>(weight_q), static_cast<const T*>(weight_k),
-                               pos, freqs, row_begin, row_end, dim, eps);
+    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+      qk_rms_norm_rope_grid_rows(isa, static_cast<T*>(q_out), static_cast<T*>(k_out),
+                                 static_cast<const T*>(q), static_cast<const T*>(k),
+                                 static_cast<const T*>(weight_q), static_cast<const T*>(weight_k),
+                                 pos, freqs, row_begin, row_end, dim, eps);
+    });
   });
 }
 

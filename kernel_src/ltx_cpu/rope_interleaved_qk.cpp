@@ -1,6 +1,7 @@
 // one row per step, q row then k row: one contiguous pass over (x[2i], x[2i+1]) pairs with the fp32
-// cos/sin rows, fp32 math, one rounding per output.
-#include "convert.h"
+// cos/sin rows, fp32 math, one rounding per output; plain loops, vectorised by the compiler for
+// the runner's ISA.
+#include "vec.h"
 
 namespace ltx_cpu {
 namespace {
@@ -16,8 +17,8 @@ LTX_INLINE void rope_row(T* out, const T* x, const float* cos, const float* sin,
   }
 }
 
-template <typename T>
-LTX_INLINE void rope_rows(T* q_out, T* k_out, const T* q, const T* k, const float* cos,
+template <typename Isa, typename T>
+LTX_INLINE void rope_rows(Isa, T* q_out, T* k_out, const T* q, const T* k, const float* cos,
                           const float* sin, int64_t row_begin, int64_t row_end, int64_t dim) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t o = r * dim;
@@ -28,14 +29,15 @@ LTX_INLINE void rope_rows(T* q_out, T* k_out, const T* q, const T* k, const floa
 
 }  // namespace
 
-LTX_CPU_MULTIVERSION
 void rope_interleaved_qk(void* q_out, void* k_out, const void* q, const void* k, const float* cos,
                          const float* sin, int64_t row_begin, int64_t row_end, int64_t dim,
                          DType dtype) {
-  dispatch(dtype, [&](auto tag) LTX_ALWAYS_INLINE {
+  dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    rope_rows(static_cast<T*>(q_out), static_cast<T*>(k_out), static_cast<const T*>(q),
-              static_cast<const T*>(k), cos, sin, row_begin, row_end, dim);
+    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+      rope_rows(isa, static_cast<T*>(q_out), static_cast<T*>(k_out), static_cast<const T*>(q),
+                static_cast<const T*>(k), cos, sin, row_begin, row_end, dim);
+    });
   });
 }
 

@@ -321,6 +321,20 @@ class Launch {
     torch::stable::parallel_for(0, n, grain, fn);
   }
 };
+
+int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// An uninitialised output like x, on huge pages where whole ones fit (ltx_cpu::prefer_huge_pages).
+Tensor output_like(const Tensor& x) {
+  Tensor out = torch::stable::empty_like(x);
+  native::prefer_huge_pages(out.mutable_data_ptr(), bytes_of(out));
+  return out;
+}
+
+// Whether an op that reads `inputs` and writes `outputs` tensors like x streams its outputs.
+bool stream(const Tensor& x, int inputs, int outputs) {
+  return native::stream_outputs(bytes_of(x) * (inputs + outputs));
+}
 #elif defined(CUDA_KERNEL)
 class Launch {
  public:
@@ -337,6 +351,8 @@ class Launch {
   torch::stable::accelerator::DeviceGuard guard_;
   cudaStream_t stream_ = nullptr;
 };
+
+Tensor output_like(const Tensor& x) { return torch::stable::empty_like(x); }
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -349,12 +365,14 @@ Tensor rms_norm(const Tensor& x_in, const std::optional<Tensor>& weight_in, doub
   const Launch launch(x_in);
   const Tensor x = dense(x_in);
   const std::optional<Tensor> weight = dense(weight_in);
-  Tensor out = torch::stable::empty_like(x);
+  Tensor out = output_like(x);
   const int64_t rows = rows_of(x), dim = last_dim(x);
   if (rows == 0) return out;
 #if defined(CPU_KERNEL)
+  const bool streamed = stream(x, 1, 1);
   launch.split(rows, dim, [&](int64_t begin, int64_t end) {
-    native::rms_norm(ptr(out), ptr(x), ptr(weight), begin, end, dim, eps, native_dtype(x));
+    native::rms_norm(ptr(out), ptr(x), ptr(weight), begin, end, dim, eps, native_dtype(x),
+                     streamed);
   });
 #else
   native::rms_norm(ptr(out), ptr(x), ptr(weight), rows, dim, static_cast<float>(eps),
@@ -376,14 +394,15 @@ Tensor rms_norm_modulate(const Tensor& x_in, const Tensor& scale, const Tensor& 
   const Tensor x = dense(x_in);
   const std::optional<Tensor> weight = dense(weight_in);
   const Modulation mod = modulation_rows(scale, shift);
-  Tensor out = torch::stable::empty_like(x);
+  Tensor out = output_like(x);
   const int64_t rows = rows_of(x), tokens = x.size(1), dim = x.size(2);
   if (rows == 0) return out;
 #if defined(CPU_KERNEL)
+  const bool streamed = stream(x, 1, 1);
   launch.split(rows, dim, [&](int64_t begin, int64_t end) {
     native::rms_norm_modulate(ptr(out), ptr(x), ptr(mod.scale), ptr(mod.shift), ptr(weight), begin,
                               end, tokens, dim, mod.strides.batch, mod.strides.token, eps,
-                              native_dtype(x));
+                              native_dtype(x), streamed);
   });
 #else
   native::rms_norm_modulate(ptr(out), ptr(x), ptr(mod.scale), ptr(mod.shift), ptr(weight), rows,
@@ -415,16 +434,17 @@ std::tuple<Tensor, Tensor> add_rms_norm_modulate(const Tensor& x_in, const Tenso
   const std::optional<Tensor> gate =
       gate_in ? std::optional<Tensor>(readable_rows(*gate_in)) : std::nullopt;
   const RowStrides gs = gate ? row_strides(*gate) : RowStrides{0, 0};
-  Tensor h = torch::stable::empty_like(x);
-  Tensor out = torch::stable::empty_like(x);
+  Tensor h = output_like(x);
+  Tensor out = output_like(x);
   const int64_t rows = rows_of(x), tokens = x.size(1), dim = x.size(2);
   if (rows == 0) return {h, out};
 #if defined(CPU_KERNEL)
+  const bool streamed = stream(x, 2, 2);
   launch.split(rows, 2 * dim, [&](int64_t begin, int64_t end) {
     native::add_rms_norm_modulate(ptr(h), ptr(out), ptr(x), ptr(y), ptr(mod.scale), ptr(mod.shift),
                                   ptr(gate), ptr(weight), begin, end, tokens, dim,
                                   mod.strides.batch, mod.strides.token, gs.batch, gs.token, eps,
-                                  native_dtype(x));
+                                  native_dtype(x), streamed);
   });
 #else
   native::add_rms_norm_modulate(ptr(h), ptr(out), ptr(x), ptr(y), ptr(mod.scale), ptr(mod.shift),
@@ -444,8 +464,8 @@ std::tuple<Tensor, Tensor> rope_interleaved_qk(const Tensor& q_in, const Tensor&
   check_float_table(op, q_in, sin_in, "sin", shape_of(q_in), "RoPE tables");
   const Launch launch(q_in);
   const Tensor q = dense(q_in), k = dense(k_in), cos = dense(cos_in), sin = dense(sin_in);
-  Tensor q_out = torch::stable::empty_like(q);
-  Tensor k_out = torch::stable::empty_like(q);
+  Tensor q_out = output_like(q);
+  Tensor k_out = output_like(q);
   const int64_t rows = rows_of(q), dim = last_dim(q);
   if (rows == 0) return {q_out, k_out};
 #if defined(CPU_KERNEL)
@@ -465,12 +485,13 @@ Tensor gelu_tanh(const Tensor& x_in) {
   check_input("gelu_tanh", x_in, "x");
   const Launch launch(x_in);
   const Tensor x = dense(x_in);
-  Tensor out = torch::stable::empty_like(x);
+  Tensor out = output_like(x);
   const int64_t n = x.numel();
   if (n == 0) return out;
 #if defined(CPU_KERNEL)
+  const bool streamed = stream(x, 1, 1);
   launch.split(n, 1, [&](int64_t begin, int64_t end) {
-    native::gelu_tanh(ptr(out), ptr(x), begin, end, native_dtype(x));
+    native::gelu_tanh(ptr(out), ptr(x), begin, end, native_dtype(x), streamed);
   });
 #else
   native::gelu_tanh(ptr(out), ptr(x), n, native_dtype(x), launch.stream());
@@ -488,13 +509,14 @@ Tensor gated_residual(const Tensor& x_in, const Tensor& y_in, const Tensor& gate
   const Launch launch(x_in);
   const Tensor x = dense(x_in), y = dense(y_in), gate = readable_rows(gate_in);
   const RowStrides gs = row_strides(gate);
-  Tensor out = torch::stable::empty_like(x);
+  Tensor out = output_like(x);
   const int64_t rows = rows_of(x), tokens = x.size(1), dim = x.size(2);
   if (rows == 0) return out;
 #if defined(CPU_KERNEL)
+  const bool streamed = stream(x, 2, 1);
   launch.split(rows, dim, [&](int64_t begin, int64_t end) {
     native::gated_residual(ptr(out), ptr(x), ptr(y), ptr(gate), begin, end, tokens, dim, gs.batch,
-                           gs.token, native_dtype(x));
+                           gs.token, native_dtype(x), streamed);
   });
 #else
   native::gated_residual(ptr(out), ptr(x), ptr(y), ptr(gate), rows, tokens, dim, gs.batch,
@@ -517,8 +539,8 @@ std::tuple<Tensor, Tensor> qk_rms_norm_rope(const Tensor& q_in, const Tensor& k_
   const Launch launch(q_in);
   const Tensor q = dense(q_in), k = dense(k_in), wq = dense(weight_q_in), wk = dense(weight_k_in);
   const Tensor cos = dense(cos_in), sin = dense(sin_in);
-  Tensor q_out = torch::stable::empty_like(q);
-  Tensor k_out = torch::stable::empty_like(q);
+  Tensor q_out = output_like(q);
+  Tensor k_out = output_like(q);
   const int64_t rows = rows_of(q), dim = last_dim(q);
   if (rows == 0) return {q_out, k_out};
 #if defined(CPU_KERNEL)
@@ -552,8 +574,8 @@ std::tuple<Tensor, Tensor> qk_rms_norm_rope_grid(const Tensor& q_in, const Tenso
   const Launch launch(q_in);
   const Tensor q = dense(q_in), k = dense(k_in), wq = dense(weight_q_in), wk = dense(weight_k_in);
   const Tensor pos = dense(pos_in), freqs = dense(freqs_in);
-  Tensor q_out = torch::stable::empty_like(q);
-  Tensor k_out = torch::stable::empty_like(q);
+  Tensor q_out = output_like(q);
+  Tensor k_out = output_like(q);
   const int64_t rows = rows_of(q), dim = last_dim(q);
   if (rows == 0) return {q_out, k_out};
 #if defined(CPU_KERNEL)

@@ -1,0 +1,335 @@
+// vec.h: 16 fp32 lanes (f32x16, a GCC/Clang vector extension) and the row loops every CPU op is
+// written with. Each op's formula is one generic lambda over f32x16; map_row applies it to a row
+// 16 elements at a time, the partial chunks at either end through zero-padded copies, so every
+// element goes through the same instructions. Loads and stores convert the storage type per ISA:
+// F16C (vcvtph2ps / vcvtps2ph) for fp16, AVX-512 / AVX2 integer widening for bf16, and portable
+// integer arithmetic on the baseline. run_on_cpu compiles an op once per ISA (x86-64-v4, x86-64-v3,
+// baseline) and calls the best one the CPU supports.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "convert.h"
+
+namespace ltx_cpu {
+
+using f32x16 = float __attribute__((vector_size(64)));
+using u32x16 = uint32_t __attribute__((vector_size(64)));
+using i32x16 = int32_t __attribute__((vector_size(64)));
+using u16x16 = uint16_t __attribute__((vector_size(32)));
+constexpr int64_t kLanes = 16;
+
+// The ISA an op's loops are compiled for: a tag type, so overloads pick the instructions.
+struct Avx512 {};
+struct Avx2 {};
+struct Baseline {};
+
+template <typename F, typename U>
+LTX_INLINE F bit_cast_to(const U& u) {
+  static_assert(sizeof(F) == sizeof(U));
+  return bits_as<F>(u);
+}
+
+// ---- loads: 16 storage elements -> 16 fp32 lanes ----------------------------------------------
+
+template <typename Isa>
+LTX_INLINE f32x16 load16(Isa, const float* p) {
+  f32x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+template <typename Isa>
+LTX_INLINE u16x16 bits16(Isa, const void* p) {
+  u16x16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Portable: bf16 is the top half of an fp32; fp16 through convert.h's integer arithmetic.
+LTX_INLINE f32x16 load16(Baseline isa, const BFloat16* p) {
+  return bit_cast_to<f32x16>(__builtin_convertvector(bits16(isa, p), u32x16) << 16);
+}
+LTX_INLINE f32x16 load16(Baseline isa, const Half* p) {
+  return half_to_float_lanes<f32x16>(__builtin_convertvector(bits16(isa, p), u32x16));
+}
+
+// The ISA-specific overloads are plain `inline`: always_inline would have to inline them into the
+// generic helpers themselves, compiled for the baseline; the runners' flatten inlines them.
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) inline f32x16 load16(Avx512, const BFloat16* p) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return bit_cast_to<f32x16>(_mm512_slli_epi32(wide, 16));
+}
+__attribute__((target("arch=x86-64-v4"))) inline f32x16 load16(Avx512, const Half* p) {
+  return bit_cast_to<f32x16>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+__attribute__((target("arch=x86-64-v3"))) inline f32x16 load16(Avx2, const BFloat16* p) {
+  const __m128i* q = reinterpret_cast<const __m128i*>(p);
+  const __m256i lo = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q)), 16);
+  const __m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q + 1)), 16);
+  const __m256i both[2] = {lo, hi};
+  return bit_cast_to<f32x16>(both);
+}
+__attribute__((target("arch=x86-64-v3"))) inline f32x16 load16(Avx2, const Half* p) {
+  const __m128i* q = reinterpret_cast<const __m128i*>(p);
+  const __m256 both[2] = {_mm256_cvtph_ps(_mm_loadu_si128(q)), _mm256_cvtph_ps(_mm_loadu_si128(q + 1))};
+  return bit_cast_to<f32x16>(both);
+}
+#endif
+
+// ---- stores: 16 fp32 lanes -> 16 storage elements, rounded to nearest even --------------------
+
+template <typename Isa>
+LTX_INLINE void store16(Isa, float* p, f32x16 v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// bf16 and fp16 as 16 rounded bit patterns; the portable rounding is convert.h's, lane by lane.
+LTX_INLINE u16x16 narrow16(Baseline, const BFloat16*, f32x16 v) {
+  return __builtin_convertvector(float_to_bf16_lanes(bit_cast_to<u32x16>(v)), u16x16);
+}
+LTX_INLINE u16x16 narrow16(Baseline, const Half*, f32x16 v) {
+  return __builtin_convertvector(float_to_half_lanes<u32x16>(v), u16x16);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const BFloat16*, f32x16 v) {
+  const __m512i rounded = bit_cast_to<__m512i>(float_to_bf16_lanes(bit_cast_to<u32x16>(v)));
+  return bit_cast_to<u16x16>(_mm512_cvtepi32_epi16(rounded));
+}
+__attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const Half*, f32x16 v) {
+  return bit_cast_to<u16x16>(_mm512_cvtps_ph(bit_cast_to<__m512>(v), _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("arch=x86-64-v3"))) inline u16x16 narrow16(Avx2, const BFloat16*, f32x16 v) {
+  const u32x16 rounded = float_to_bf16_lanes(bit_cast_to<u32x16>(v));  // < 2^16: packus keeps it
+  __m256i half[2];
+  std::memcpy(half, &rounded, sizeof half);
+  const __m256i packed = _mm256_packus_epi32(half[0], half[1]);  // 128-bit lanes interleaved
+  return bit_cast_to<u16x16>(_mm256_permute4x64_epi64(packed, 0xd8));
+}
+__attribute__((target("arch=x86-64-v3"))) inline u16x16 narrow16(Avx2, const Half*, f32x16 v) {
+  __m256 half[2];
+  std::memcpy(half, &v, sizeof half);
+  const __m128i both[2] = {_mm256_cvtps_ph(half[0], _MM_FROUND_TO_NEAREST_INT),
+                           _mm256_cvtps_ph(half[1], _MM_FROUND_TO_NEAREST_INT)};
+  return bit_cast_to<u16x16>(both);
+}
+#endif
+
+template <typename Isa, typename T, typename = std::enable_if_t<sizeof(T) == 2>>
+LTX_INLINE void store16(Isa isa, T* p, f32x16 v) {
+  const u16x16 bits = narrow16(isa, p, v);
+  std::memcpy(p, &bits, sizeof bits);
+}
+
+// Non-temporal stores of one chunk; `p` is 64-byte aligned for fp32, 32-byte for 16-bit types.
+// Each task ends with stream_fence().
+template <typename Isa, typename T>
+LTX_INLINE void stream16(Isa isa, T* p, f32x16 v) {
+#if defined(__x86_64__)
+  if constexpr (sizeof(T) == 4) {
+    __m128 part[4];
+    std::memcpy(part, &v, sizeof part);
+    for (int j = 0; j < 4; ++j) _mm_stream_ps(reinterpret_cast<float*>(p) + 4 * j, part[j]);
+  } else {
+    const u16x16 bits = narrow16(isa, p, v);
+    __m128i part[2];
+    std::memcpy(part, &bits, sizeof part);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), part[0]);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p) + 1, part[1]);
+  }
+#else
+  store16(isa, p, v);
+#endif
+}
+
+LTX_INLINE void stream_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
+}
+
+// ---- rows ---------------------------------------------------------------------------------------
+
+// 16 elements of p starting at `at`, of which the first `n` (< 16) exist; the rest read as zero.
+template <typename Isa, typename T>
+LTX_INLINE f32x16 load_part(Isa isa, const T* p, int64_t n) {
+  T tmp[kLanes] = {};
+  std::memcpy(tmp, p, size_t(n) * sizeof(T));
+  return load16(isa, tmp);
+}
+
+template <typename Isa, typename T>
+LTX_INLINE void store_part(Isa isa, T* p, f32x16 v, int64_t n) {
+  T tmp[kLanes];
+  store16(isa, tmp, v);
+  std::memcpy(p, tmp, size_t(n) * sizeof(T));
+}
+
+// out[i] = fn(in[i]...) for i in [0, n): the inputs widened to fp32 lanes, the result rounded once.
+// With `stream`, whole chunks from the first 64-byte boundary of out on are stored non-temporally.
+// fp64 rows (gradcheck) run fn on doubles, one element at a time.
+template <typename Isa, typename T, typename Fn, typename... In>
+LTX_INLINE void map_row(Isa isa, bool stream, T* out, int64_t n, Fn fn, const In*... in) {
+  if constexpr (std::is_same_v<T, double>) {
+    for (int64_t i = 0; i < n; ++i) out[i] = fn(load(in[i])...);
+  } else {
+    int64_t i = 0;
+    if (stream) {
+      const int64_t head = int64_t((64 - reinterpret_cast<uintptr_t>(out) % 64) % 64 / sizeof(T));
+      if (head > 0 && head < kLanes && head < n) {
+        store_part(isa, out, fn(load_part(isa, in, head)...), head);
+        i = head;
+      }
+      for (; i + kLanes <= n; i += kLanes) stream16(isa, out + i, fn(load16(isa, in + i)...));
+    }
+    for (; i + kLanes <= n; i += kLanes) store16(isa, out + i, fn(load16(isa, in + i)...));
+    if (i < n) store_part(isa, out + i, fn(load_part(isa, in + i, n - i)...), n - i);
+  }
+}
+
+// The sum of the 16 lanes, pairwise.
+LTX_INLINE float sum_lanes(f32x16 v) {
+  float lane[kLanes];
+  std::memcpy(lane, &v, sizeof lane);
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
+  }
+  return lane[0];
+}
+
+// The sum of squares of chunk(i, n) over a row of `dim` elements, chunk giving the 16 lanes from i
+// (n < 16: a partial chunk, zero-padded): four independent accumulators, always in the same order,
+// so every op that normalises a row gets the same bits for it.
+template <typename Chunk>
+LTX_INLINE float sum_squares(int64_t dim, Chunk chunk) {
+  f32x16 acc[4] = {};
+  int64_t i = 0;
+  for (; i + 4 * kLanes <= dim; i += 4 * kLanes) {
+    for (int j = 0; j < 4; ++j) {
+      const f32x16 v = chunk(i + j * kLanes, kLanes);
+      acc[j] += v * v;
+    }
+  }
+  for (; i + kLanes <= dim; i += kLanes) {
+    const f32x16 v = chunk(i, kLanes);
+    acc[0] += v * v;
+  }
+  if (i < dim) {
+    const f32x16 v = chunk(i, dim - i);
+    acc[1] += v * v;
+  }
+  return sum_lanes((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+LTX_INLINE float inv_rms_of(float sum_of_squares, int64_t dim, double eps) {
+  return 1.0f / std::sqrt(sum_of_squares / float(dim) + float(eps));
+}
+
+// 1 / sqrt(mean(x^2) + eps) of one row.
+template <typename Isa, typename T>
+LTX_INLINE acc_t<T> inv_rms(Isa isa, const T* x, int64_t dim, double eps) {
+  if constexpr (std::is_same_v<T, double>) {
+    double sum = 0;
+    for (int64_t i = 0; i < dim; ++i) sum += x[i] * x[i];
+    return 1.0 / std::sqrt(sum / double(dim) + eps);
+  } else {
+    return inv_rms_of(sum_squares(dim, [&](int64_t i, int64_t n) LTX_ALWAYS_INLINE {
+                        return n == kLanes ? load16(isa, x + i) : load_part(isa, x + i, n);
+                      }),
+                      dim, eps);
+  }
+}
+
+// map_row without streaming, returning 1 / rms of the row it wrote (rounded to T, as inv_rms(out)
+// would compute it) from the same pass.
+template <typename Isa, typename T, typename Fn, typename... In>
+LTX_INLINE acc_t<T> map_row_inv_rms(Isa isa, T* out, int64_t n, double eps, Fn fn, const In*... in) {
+  if constexpr (std::is_same_v<T, double>) {
+    map_row(isa, false, out, n, fn, in...);
+    return inv_rms(isa, out, n, eps);
+  } else {
+    return inv_rms_of(sum_squares(n, [&](int64_t i, int64_t k) LTX_ALWAYS_INLINE {
+                        if (k == kLanes) {
+                          store16(isa, out + i, fn(load16(isa, in + i)...));
+                          return load16(isa, out + i);  // the rounded values, forwarded from the store
+                        }
+                        store_part(isa, out + i, fn(load_part(isa, in + i, k)...), k);
+                        return load_part(isa, out + i, k);
+                      }),
+                      n, eps);
+  }
+}
+
+// Copies `bytes` from src to dst, 16-byte non-temporal stores from dst's first 16-byte boundary on.
+LTX_INLINE void stream_copy(void* dst, const void* src, int64_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+#if defined(__x86_64__)
+  const int64_t head = std::min<int64_t>(bytes, int64_t((16 - reinterpret_cast<uintptr_t>(d) % 16) % 16));
+  std::memcpy(d, s, size_t(head));
+  int64_t i = head;
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+  }
+  std::memcpy(d + i, s + i, size_t(bytes - i));
+#else
+  std::memcpy(d, s, size_t(bytes));
+#endif
+}
+
+// ---- one compilation per ISA ----------------------------------------------------------------------
+// op(isa) is inlined whole (flatten) into a runner compiled for that ISA; nothing it calls stays out
+// of line at the baseline ISA. The runners are the op's only compiled code.
+
+template <typename Op>
+__attribute__((flatten, noinline)) void run_baseline(const Op& op) {
+  op(Baseline{});
+}
+
+#if defined(__x86_64__)
+template <typename Op>
+__attribute__((target("arch=x86-64-v4"), flatten, noinline)) void run_avx512(const Op& op) {
+  op(Avx512{});
+}
+
+template <typename Op>
+__attribute__((target("arch=x86-64-v3"), flatten, noinline)) void run_avx2(const Op& op) {
+  op(Avx2{});
+}
+
+enum class CpuIsa { Avx512, Avx2, Baseline };
+
+inline CpuIsa cpu_isa() {
+  static const CpuIsa isa = __builtin_cpu_supports("x86-64-v4")   ? CpuIsa::Avx512
+                            : __builtin_cpu_supports("x86-64-v3") ? CpuIsa::Avx2
+                                                                  : CpuIsa::Baseline;
+  return isa;
+}
+#endif
+
+// Calls op(isa) compiled for the best ISA this CPU has.
+template <typename Op>
+void run_on_cpu(const Op& op) {
+#if defined(__x86_64__)
+  switch (cpu_isa()) {
+    case CpuIsa::Avx512: return run_avx512(op);
+    case CpuIsa::Avx2: return run_avx2(op);
+    case CpuIsa::Baseline: break;
+  }
+#endif
+  run_baseline(op);
+}
+
+}  // namespace ltx_cpu
