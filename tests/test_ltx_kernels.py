@@ -507,6 +507,62 @@ def test_cpu_ops_are_compiled_once_per_isa(ltx):
     assert not out_of_line, "\n".join(out_of_line)
 
 
+def _last_level_cache_bytes() -> int:
+    """cpu0's largest cache, read from sysfs as the kernel's memory.cpp reads it (0 when unknown)."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = f.read_text().strip()
+        sizes.append(int(text[:-1]) << {"K": 10, "M": 20}[text[-1]] if text[-1] in "KM" else int(text))
+    return max(sizes, default=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_streamed_outputs_equal_small_unstreamed_calls_bit_for_bit(ltx, dtype):
+    """Past half the last-level cache the CPU ops store their outputs non-temporally from each row's first 64-byte
+    boundary on. Rows of 2049 elements start at every alignment: each must come out exactly as in a small
+    call of 32 rows, which stays in cache."""
+    cache = _last_level_cache_bytes()
+    if not 0 < cache <= 256 << 20:
+        pytest.skip(f"last-level cache {cache} bytes: unknown, or too large to pass in a test")
+    dim, gen = 2049, torch.Generator().manual_seed(7)
+    rows = cache // (2 * dim * dtype.itemsize) + 1  # in + out alone reach half the cache
+    x = torch.randn(1, rows, dim, generator=gen).to(dtype)
+    y = torch.randn(1, rows, dim, generator=gen).to(dtype)
+    row = (0.1 * torch.randn(1, 1, dim, generator=gen)).to(dtype)
+    w = (1 + 0.1 * torch.randn(dim, generator=gen)).to(dtype)
+    ops = {"rms_norm": lambda a, b: ltx.rms_norm(a, w, 1e-6),
+           "rms_norm_modulate": lambda a, b: ltx.rms_norm_modulate(a, row, row, None, 1e-6),
+           "add_rms_norm_modulate": lambda a, b: ltx.add_rms_norm_modulate(a, b, row, row, row, w, 1e-6),
+           "gelu_tanh": lambda a, b: ltx.gelu_tanh(a),
+           "gated_residual": lambda a, b: ltx.gated_residual(a, b, row)}
+    def outputs(got):  # type: ignore[no-untyped-def]
+        return got if isinstance(got, tuple) else (got,)
+
+    for name, op in ops.items():
+        big = outputs(op(x, y))
+        small = [outputs(op(x[:, i:i + 32].contiguous(), y[:, i:i + 32].contiguous())) for i in range(0, rows, 32)]
+        for n, b in enumerate(big):
+            assert torch.equal(b, torch.cat([s[n] for s in small], dim=1)), name
+
+
+def test_every_isa_compilation_converts_like_the_scalar_code(tmp_path):
+    """The ops run only the best ISA this CPU has, so their tests never reach the AVX2 or baseline code on an
+    AVX-512 machine. tests/cpp/vec_isa_check.cpp runs each compilation of vec.h this CPU can execute: every
+    fp16/bf16 pattern widened, 65k+ floats narrowed, map_row at every offset (streamed or not) and inv_rms,
+    against convert.h's scalar conversions, bit for bit."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    root = Path(__file__).resolve().parent.parent
+    exe = tmp_path / "vec_isa_check"
+    subprocess.run([cxx, "-std=c++20", "-O2", "-fno-trapping-math", "-Wno-psabi", f"-I{root / 'kernel_src/ltx_cpu'}",
+                    str(root / "tests/cpp/vec_isa_check.cpp"), "-o", str(exe)], check=True, capture_output=True)
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok baseline" in run.stdout, run.stdout
+    if platform.machine() == "x86_64":
+        assert "ok avx2" in run.stdout or "skip avx2" in run.stdout, run.stdout
+
+
 # ---------------------------------------------------------------------------------------------------
 # Clear errors before any work. "meta" is what torch.compile traces with: the fake implementations
 # must reject the same mistakes with the same advice.

@@ -33,10 +33,13 @@ struct Avx512 {};
 struct Avx2 {};
 struct Baseline {};
 
+// The bytes of u (a vector, or an array of register halves: taken by reference, never decayed).
 template <typename F, typename U>
 LTX_INLINE F bit_cast_to(const U& u) {
   static_assert(sizeof(F) == sizeof(U));
-  return bits_as<F>(u);
+  F f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
 }
 
 // ---- loads: 16 storage elements -> 16 fp32 lanes ----------------------------------------------
@@ -186,10 +189,11 @@ LTX_INLINE void map_row(Isa isa, bool stream, T* out, int64_t n, Fn fn, const In
   } else {
     int64_t i = 0;
     if (stream) {
-      const int64_t head = int64_t((64 - reinterpret_cast<uintptr_t>(out) % 64) % 64 / sizeof(T));
-      if (head > 0 && head < kLanes && head < n) {
-        store_part(isa, out, fn(load_part(isa, in, head)...), head);
-        i = head;
+      const int64_t head = std::min<int64_t>(n, (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64 / sizeof(T));
+      while (i < head) {
+        const int64_t k = std::min<int64_t>(kLanes, head - i);
+        store_part(isa, out + i, fn(load_part(isa, in + i, k)...), k);
+        i += k;
       }
       for (; i + kLanes <= n; i += kLanes) stream16(isa, out + i, fn(load16(isa, in + i)...));
     }
