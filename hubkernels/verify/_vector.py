@@ -2,9 +2,10 @@
 
 A total over the library says nothing: one vectorised clone hides a scalar one. So the disassembly (objdump) is
 split at every symbol of the kernel's own namespaces, each function-multiversioning clone (`[clone .arch_x86_64_v3]`,
-`.avx2`, ...) is read on its own, and each is judged at the width its ISA offers: packed floating-point arithmetic
-on zmm for x86-64-v4 / AVX-512, ymm for x86-64-v3 / AVX2, xmm for the baseline. A clone with none at its width is
-scalar code and fails.
+`.avx2`, ...) or explicit per-ISA compilation (`ns::run_avx2<ns::op(...)::{lambda}...<T>...>`, the runners of
+ltx-kernels' vec.h, one per op, storage type and ISA) is read on its own, and each is judged at the width its ISA
+offers: packed floating-point arithmetic on zmm for x86-64-v4 / AVX-512, ymm for x86-64-v3 / AVX2, xmm for the
+baseline. A compilation with none at its width is scalar code and fails.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ _PACKED = re.compile(r"^\s*[0-9a-f]+:\s+v?(?:fn?m(?:add|sub)\w*p[sd]|(?:add|sub|
                      r"|cvt\w*p[sdh]\w*|cvtph2ps|cvtps2ph)\b[^\n]*?%(?P<reg>[xyz])mm")
 _SCALAR = re.compile(r"^\s*[0-9a-f]+:\s+v?(?:fn?m(?:add|sub)\w*s[sd]|(?:add|sub|mul|div|sqrt|max|min)s[sd])\b")
 _WIDTH = {"z": 512, "y": 256, "x": 128}
+# `void ns::run_avx512<ns::op(args)::{lambda(auto:1)#1}::operator()<ns::BFloat16>(...) const::{lambda...}>(...)`
+_RUNNER = re.compile(r"(?P<ns>\w+)::run_(?P<isa>avx512|avx2|baseline)<(?P=ns)::(?P<op>\w+)\(.*?"
+                     r"operator\(\)<(?:(?P=ns)::)?(?P<type>\w+)>")
 
 
 def check_vectorised(variant_dir: Path, namespaces: Sequence[str]) -> list[Check]:
@@ -35,9 +39,13 @@ def check_vectorised(variant_dir: Path, namespaces: Sequence[str]) -> list[Check
         counts = clone_counts(so, namespaces, objdump)
         if not counts:
             found.append(Check("vector", so.name, "skip", f"no functions of {', '.join(namespaces)} in the module"))
+        fp64 = sorted(symbol for symbol in counts if "<double> [" in symbol)
+        if fp64:
+            found.append(Check("vector", f"{len(fp64)} fp64 compilations", "skip",
+                               "not judged: fp64 is for gradcheck, and verify times fp32, bf16 and fp16 only"))
         for symbol, (width, packed, scalar) in sorted(counts.items()):
-            if not packed and not scalar:
-                continue  # no floating-point work (a dispatcher, a CPU-feature check)
+            if (not packed and not scalar) or symbol in fp64:
+                continue  # no floating-point work (a dispatcher, a CPU-feature check), or fp64
             need = expected_width(symbol)
             at_width = sum(n for w, n in packed.items() if w >= need)
             data = {"packed": {str(w): n for w, n in packed.items()}, "scalar": scalar, "isa_width": need}
@@ -92,9 +100,13 @@ def expected_width(symbol: str) -> int:
 
 
 def _short(demangled: str, namespaces: Sequence[str]) -> str | None:
-    """`ns::op [clone .arch_x86_64_v3]` for a function of the kernel's namespaces (no parameter list), else None."""
+    """`ns::op [arch_x86_64_v3]` for a function of the kernel's namespaces (no parameter list), `ns::op<T> [avx2]` for
+    a per-ISA runner, else None."""
     if not any(demangled.startswith(f"{ns}::") or f" {ns}::" in demangled for ns in namespaces):
         return None
+    runner = _RUNNER.search(demangled)
+    if runner and runner.group("ns") in namespaces:
+        return f"{runner.group('ns')}::{runner.group('op')}<{runner.group('type')}> [{runner.group('isa')}]"
     if demangled.endswith("@plt") or "(anonymous namespace)" in demangled or "::dispatch<" in demangled:
         return None  # inlined helpers compiled out of line: not entry points
     name = re.sub(r"\(.*\)", "", demangled.split(" [clone", 1)[0]).strip()
