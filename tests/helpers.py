@@ -13,6 +13,10 @@ from pathlib import Path
 from hubkernels.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
+#: `verify --tolerance` on CI: ours may take up to 4x torch.compile's time there. The 2 shared cores swing a tie
+#: between the skill template's fp16 rms_norm and torch.compile from 1.0x to 0.41x under load, while the defect
+#: the gate exists for (an fp16 loop left scalar) measures 0.11x, more than twice past this allowance.
+VERIFY_CI_TOLERANCE = "3.0"
 
 
 def make_kernel(root: Path, *, version: int = 1, value: int = 1, backends: tuple[str, ...] = ("cpu",),
