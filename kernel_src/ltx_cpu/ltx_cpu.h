@@ -68,7 +68,8 @@ void qk_rms_norm_rope_grid(void* q_out, void* k_out, const void* q, const void* 
                            double eps, DType dtype);
 
 // Memory (memory.cpp). Asks for transparent huge pages under the whole 2 MiB pages of
-// [p, p + bytes): a fresh output then faults once per 2 MiB instead of once per 4 KiB.
+// [p, p + bytes) when it is a fresh mapping of its own (32 MiB and more): a new output then faults
+// once per 2 MiB instead of once per 4 KiB.
 void prefer_huge_pages(void* p, int64_t bytes);
 
 // Whether an op touching `bytes` (inputs + outputs) should stream its outputs: from half the

@@ -13,6 +13,9 @@ namespace ltx_cpu {
 namespace {
 
 constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
+// Smaller blocks come from malloc's heap (glibc's largest mmap threshold is 32 MiB), mostly reused
+// and already faulted in: advice there only splits the heap's mapping and wakes khugepaged.
+constexpr int64_t kFreshMappingBytes = int64_t(32) << 20;
 constexpr int64_t kUnknownCache = int64_t(32) << 20;
 
 // The largest cache of cpu0 in bytes, from sysfs: sysconf's figure is the host's, not the VM's, on
@@ -39,6 +42,7 @@ int64_t last_level_cache_bytes() {
 
 void prefer_huge_pages(void* p, int64_t bytes) {
 #if defined(MADV_HUGEPAGE)
+  if (bytes < kFreshMappingBytes) return;
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHugePage - 1) & ~(kHugePage - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes)) & ~(kHugePage - 1);
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
