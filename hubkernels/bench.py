@@ -105,6 +105,14 @@ def discover(path: str | Path) -> list[type[Benchmark]]:
     return found
 
 
+def parse_size(text: str) -> tuple[str, int]:
+    """`NAME=N` (a `--shape` argument) as (name, N); anything else is a usage error."""
+    name, _, value = text.partition("=")
+    if not name or not value.isdigit():
+        raise UsageError(f"--shape takes NAME=N (e.g. tokens=1024), got {text!r}")
+    return name, int(value)
+
+
 def load_script(path: str | Path, name: str) -> ModuleType:
     """Import the Python file `path` as module `name` (kept in sys.modules, so a second call reuses it)."""
     if name in sys.modules:

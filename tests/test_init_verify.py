@@ -195,6 +195,27 @@ def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reaso
     assert lines[-1].startswith("not shippable")
 
 
+def test_verify_times_only_the_ops_and_sizes_asked_for(ltx, capsys):
+    """`--ops` and `--shape` reproduce one op's figure at a model's own sizes, and each timing says how many page
+    faults a call took (a miss from fresh memory reads differently from a slow loop)."""
+    argv = ["verify", str(ROOT), "--skip", "tests,abi,compile,vector", "--ops", "gated_residual", "--shape",
+            "tokens=8", "--dtypes", "fp32", "--iters", "3", "--tolerance", "1000", "--json"]
+    assert main(argv) == 0
+    speed = findings(json.loads(capsys.readouterr().out), "speed")
+    assert [c["subject"] for c in speed] == ["gated_residual fp32"]
+    assert speed[0]["data"]["shape"]["tokens"] == 8
+    assert set(speed[0]["data"]["page_faults_per_call"]) == {"ours", "eager", "torch.compile"}
+
+
+@pytest.mark.parametrize("argv, says", [(["--ops", "no_such_op"], "declare rms_norm"),
+                                        (["--shape", "seq=4"], "declared sizes are batch, ff, hidden, tokens"),
+                                        (["--shape", "tokens"], "NAME=N")])
+def test_verify_refuses_ops_and_sizes_no_benchmark_declares(ltx, capsys, argv, says):
+    assert main(["verify", str(ROOT), "--skip", "tests,abi,compile,vector", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1, err
+
+
 def test_verify_usage_errors_exit_2(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 2  # no build.toml
     assert "build.toml" in capsys.readouterr().err

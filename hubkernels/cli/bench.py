@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    from ..bench import discover, format_report, run as run_benchmarks
+    from ..bench import discover, format_report, parse_size, run as run_benchmarks
 
     benchmarks = discover(args.path)
     if args.repo_id:
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         from ..load import get_local_kernel
 
         kernel = get_local_kernel(args.kernel or args.path)
-    shape = dict(_size(s) for s in args.shape or [])
+    shape = dict(parse_size(s) for s in args.shape or [])
     shape.update({k: v for k, v in (("batch", args.batch), ("tokens", args.tokens), ("hidden", args.hidden),
                                     ("ff", args.ff)) if v is not None})
     report = run_benchmarks(kernel, benchmarks, device=device, dtype=dtype, shape=shape, warmup=args.warmup,
@@ -38,15 +38,6 @@ def run(args: argparse.Namespace) -> int:
         Path(args.output).write_text(json.dumps({**asdict(report), "argv": sys.argv}, indent=2))
         print(f"wrote {args.output}")
     return 0
-
-
-def _size(text: str) -> tuple[str, int]:
-    from ..errors import UsageError
-
-    name, _, value = text.partition("=")
-    if not name or not value.isdigit():
-        raise UsageError(f"--shape takes NAME=N (e.g. tokens=1024), got {text!r}")
-    return name, int(value)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,11 +55,13 @@ class Verdict:
 
 
 def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | None = 1, tolerance: float = 0.05,
-           dtypes: Iterable[str] = ("fp32", "bf16", "fp16"), iters: int = 30, progress: bool = False) -> Verdict:
+           dtypes: Iterable[str] = ("fp32", "bf16", "fp16"), iters: int = 30, progress: bool = False,
+           ops: Sequence[str] | None = None, shape: dict[str, int] | None = None) -> Verdict:
     """Run every check not in `skip` on the kernel at `path` and return the findings.
 
     `threads` fixes torch's CPU threads while ops are timed (1: stable numbers on a shared machine; None: as is).
     An op fails when its time (the fastest fifth of its calls) exceeds `torch.compile`'s by more than `tolerance`.
+    `ops` limits the compile and speed checks to those declared ops; `shape` overrides declared sizes for timing.
     """
     from ..config import load_config
     from . import _ops, _steps, _vector
@@ -71,6 +73,9 @@ def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | N
 
         raise UsageError(f"--skip takes {', '.join(CHECKS)}; got {', '.join(sorted(unknown))}")
     config = load_config(path)  # a build.toml mistake is a usage error (exit 2)
+    benches = _ops.benchmarks(config.root)
+    _ops.workloads(benches, ops)  # --ops and --shape names the benchmarks do not declare: exit 2, before any work
+    _ops.check_shape(benches, shape or {})
     verdict = Verdict(str(config.root))
 
     def add(found: Iterable[Check]) -> None:
@@ -92,15 +97,14 @@ def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | N
             if name not in skip:
                 add([Check(name, "cpu", "skip", "no CPU build to load")])
         return verdict
-    benches = _ops.benchmarks(config.root)
     add(_ops.undeclared(kernel, benches))
     if "compile" not in skip:
-        add(_ops.check_compile(kernel, benches))
+        add(_ops.check_compile(kernel, benches, ops))
     if "vector" not in skip:
         add(_vector.check_vectorised(cpu.path, [k.name for k in config.kernels_for("cpu")]))
     if "speed" not in skip:
         add(_ops.check_speed(kernel, benches, dtypes=tuple(dtypes), threads=threads, tolerance=tolerance,
-                             iters=iters))
+                             iters=iters, ops=ops, shape=shape))
     return verdict
 
 
@@ -121,8 +125,11 @@ def format_table(verdict: Verdict) -> str:
 def _cmd_verify(args: argparse.Namespace) -> int:
     skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    from ..bench import parse_size
+
+    shape = dict(parse_size(s) for s in args.shape or [])
     verdict = verify(args.path, skip=skip, threads=args.threads or None, tolerance=args.tolerance,
-                     dtypes=dtypes, iters=args.iters, progress=not args.json)
+                     dtypes=dtypes, iters=args.iters, progress=not args.json, ops=args.ops or None, shape=shape)
     if args.json:
         print(json.dumps({"path": verdict.path, "ok": verdict.ok, "checks": [asdict(c) for c in verdict.checks]},
                          indent=2))
@@ -145,4 +152,7 @@ def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                    help="allowed excess over torch.compile's time, as a fraction (default 0.05: the "
                         "run-to-run noise of a shared machine)")
     p.add_argument("--iters", type=int, default=30, help="timed rounds per op and dtype")
+    p.add_argument("--ops", nargs="*", metavar="OP", help="trace and time only these declared ops")
+    p.add_argument("--shape", nargs="*", metavar="NAME=N",
+                   help="time at these sizes instead of the declared CPU ones (e.g. tokens=6144)")
     p.set_defaults(func=_cmd_verify)

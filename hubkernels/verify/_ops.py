@@ -12,6 +12,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None  # type: ignore[assignment]
+
 from ..bench import Benchmark, discover
 from ..errors import UsageError
 from . import Check
@@ -30,13 +35,29 @@ def benchmarks(root: Path) -> list[type[Benchmark]]:
         return []
 
 
-def workloads(benches: Sequence[type[Benchmark]]) -> dict[str, type[Benchmark]]:
-    """{workload: the class declaring it}, first declaration wins."""
+def workloads(benches: Sequence[type[Benchmark]], ops: Sequence[str] | None = None) -> dict[str, type[Benchmark]]:
+    """{workload: the class declaring it}, first declaration wins; only `ops` when given (a name no benchmark
+    declares is a usage error that lists the declared ones)."""
     owners: dict[str, type[Benchmark]] = {}
     for cls in benches:
         for w in cls.workloads():
             owners.setdefault(w, cls)
+    if ops:
+        unknown = [op for op in ops if op not in owners]
+        if unknown:
+            raise UsageError(f"--ops: {', '.join(unknown)} not declared; the benchmarks declare "
+                             f"{', '.join(owners) or 'none'}")
+        owners = {op: owners[op] for op in ops}
     return owners
+
+
+def check_shape(benches: Sequence[type[Benchmark]], shape: dict[str, int]) -> None:
+    """A usage error for a `--shape` size that no benchmark declares, naming the declared ones."""
+    declared = sorted({k for cls in benches for k in (*cls.shape, *cls.cpu_shape)})
+    unknown = [k for k in shape if k not in declared]
+    if unknown:
+        raise UsageError(f"--shape: no benchmark declares {', '.join(unknown)}; the declared sizes are "
+                         f"{', '.join(declared) or 'none'}")
 
 
 def undeclared(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> list[Check]:
@@ -54,12 +75,13 @@ def undeclared(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> list[C
             for op in missing]
 
 
-def check_compile(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> list[Check]:
+def check_compile(kernel: ModuleType, benches: Sequence[type[Benchmark]],
+                  ops: Sequence[str] | None = None) -> list[Check]:
     """Each declared op under `torch.compile(fullgraph=True)` on its declared CPU inputs; a graph break fails."""
     import torch
 
     found = []
-    for op, cls in workloads(benches).items():
+    for op, cls in workloads(benches, ops).items():
         bench = _instance(cls, kernel, torch.float32)
         if bench is None:
             continue
@@ -82,7 +104,8 @@ def check_compile(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> lis
 
 
 def check_speed(kernel: ModuleType, benches: Sequence[type[Benchmark]], *, dtypes: Sequence[str] = tuple(_DTYPES),
-                threads: int | None = 1, tolerance: float = 0.05, iters: int = 30) -> list[Check]:
+                threads: int | None = 1, tolerance: float = 0.05, iters: int = 30, ops: Sequence[str] | None = None,
+                shape: dict[str, int] | None = None) -> list[Check]:
     """Each declared op beside eager and `torch.compile` of its formula, interleaved in one run, per dtype; the
     gate compares the fastest fifth of the calls (FAST_QUANTILE)."""
     import torch
@@ -95,20 +118,20 @@ def check_speed(kernel: ModuleType, benches: Sequence[type[Benchmark]], *, dtype
         torch.set_num_threads(threads)
     found = []
     try:
-        for op, cls in workloads(benches).items():
+        for op, cls in workloads(benches, ops).items():
             for name in dtypes:
-                found.append(_time_op(kernel, cls, op, name, iters, tolerance))
+                found.append(_time_op(kernel, cls, op, name, iters, tolerance, shape or {}))
     finally:
         torch.set_num_threads(before)
     return found
 
 
 def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str, iters: int,
-             tolerance: float) -> Check:
+             tolerance: float, shape: dict[str, int]) -> Check:
     import torch
 
     subject = f"{op} {dtype_name}"
-    bench = _instance(cls, kernel, getattr(torch, _DTYPES[dtype_name]))
+    bench = _instance(cls, kernel, getattr(torch, _DTYPES[dtype_name]), shape)
     if bench is None:
         return Check("speed", subject, "skip", "the benchmark cannot make inputs here")
     inputs = [getattr(bench, f"setup_{op}")() for _ in range(2)]  # two sets, alternated
@@ -121,24 +144,30 @@ def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str,
     torch._dynamo.reset()
     compiled = torch.compile(eager, dynamic=False)
     fns: dict[str, Callable[..., Any]] = {"ours": ours, "eager": eager, "torch.compile": compiled}
-    samples = interleaved_samples(fns, inputs, iters)
+    faults: dict[str, list[int]] = {}
+    samples = interleaved_samples(fns, inputs, iters, faults)
     fast = {name: quantile(s, FAST_QUANTILE) for name, s in samples.items()}
     t_ours, t_eager, t_comp = fast["ours"], fast["eager"], fast["torch.compile"]
+    faulted = {k: int(statistics.median(v)) for k, v in faults.items()}
     data = {"dtype": dtype_name, "shape": dict(bench.shape), "fast_us": {k: round(v, 2) for k, v in fast.items()},
             "median_us": {k: round(statistics.median(s), 2) for k, s in samples.items()},
             "vs_compile": round(t_comp / t_ours, 3), "vs_eager": round(t_eager / t_ours, 3),
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "page_faults_per_call": faulted}
     detail = (f"ours {t_ours:.1f} us, {t_comp / t_ours:.2f}x torch.compile ({t_comp:.1f} us), "
               f"{t_eager / t_ours:.2f}x eager ({t_eager:.1f} us); fastest fifth of {iters} calls each")
     if t_ours > t_comp * (1 + tolerance):
+        if faulted.get("ours", 0) > 2 * faulted.get("torch.compile", 0) + 16:
+            detail += (f"; ours took {faulted['ours']} page faults a call against torch.compile's "
+                       f"{faulted['torch.compile']}: its outputs landed on memory faulted in afresh")
         return Check("speed", subject, "fail", f"slower than torch.compile of its formula: {detail}", data)
     return Check("speed", subject, "pass", detail, data)
 
 
-def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple],
-                        iters: int) -> dict[str, list[float]]:
+def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple], iters: int,
+                        faults: dict[str, list[int]] | None = None) -> dict[str, list[float]]:
     """µs per call of each function, timed in turns (ours, eager, compile, ours, ...) so that load from
-    elsewhere on the machine hits them alike; each warms up first (the compile happens there)."""
+    elsewhere on the machine hits them alike; each warms up first (the compile happens there). `faults`, if
+    given, receives each call's minor page faults (the process's, all threads)."""
     for fn in fns.values():
         for i in range(3):
             fn(*inputs[i % len(inputs)])
@@ -146,10 +175,17 @@ def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tup
     for i in range(iters):
         args = inputs[i % len(inputs)]
         for name, fn in fns.items():
+            f0 = _minor_faults()
             t0 = time.perf_counter()
             fn(*args)
             samples[name].append((time.perf_counter() - t0) * 1e6)
+            if faults is not None:
+                faults.setdefault(name, []).append(_minor_faults() - f0)
     return samples
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
 
 
 def quantile(samples: Sequence[float], q: float) -> float:
@@ -158,11 +194,12 @@ def quantile(samples: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _instance(cls: type[Benchmark], kernel: ModuleType, dtype: Any) -> Benchmark | None:
+def _instance(cls: type[Benchmark], kernel: ModuleType, dtype: Any,
+              shape: dict[str, int] | None = None) -> Benchmark | None:
     import torch
 
-    shape = {**cls.shape, **cls.cpu_shape}
-    return cls(kernel, torch.device("cpu"), dtype, shape, torch.Generator().manual_seed(0))
+    sizes = {**cls.shape, **cls.cpu_shape, **(shape or {})}
+    return cls(kernel, torch.device("cpu"), dtype, sizes, torch.Generator().manual_seed(0))
 
 
 def _first(e: BaseException) -> str:
