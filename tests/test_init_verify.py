@@ -126,8 +126,9 @@ def test_verify_judges_each_per_isa_runner_of_ltx_kernels_at_its_width(ltx):
         for t in ("float", "BFloat16", "Half"):
             c = found[f"ltx_cpu::rms_norm<{t}> [{isa}]"]
             assert c.status == "pass" and c.data["isa_width"] == width and int(c.data["packed"][str(width)]) > 0, c
+    assert found["ltx_cpu::rms_norm<BFloat16> [avx512bf16]"].data["isa_width"] == 512
     judged = [s for s in found if s.startswith("ltx_cpu::")]
-    assert len(judged) == 8 * 3 * 3 and not any("<double>" in s for s in judged)
+    assert len(judged) == 8 * 3 * 3 + 8 and not any("<double>" in s for s in judged)
     assert found["24 fp64 compilations"].status == "skip"
 
 

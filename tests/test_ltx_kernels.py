@@ -483,12 +483,12 @@ def test_thread_count_does_not_change_results(ltx, rand: Rand):
 
 CPU_OPS = ("rms_norm", "rms_norm_modulate", "add_rms_norm_modulate", "rope_interleaved_qk", "gelu_tanh",
            "gated_residual", "qk_rms_norm_rope", "qk_rms_norm_rope_grid")
-_RUNNER = re.compile(r"ltx_cpu::run_(avx512|avx2|baseline)<ltx_cpu::(\w+)\(.*?operator\(\)<(?:ltx_cpu::)?(\w+)>")
+_RUNNER = re.compile(r"ltx_cpu::run_(avx512bf16|avx512|avx2|baseline)<ltx_cpu::(\w+)\(.*?operator\(\)<(?:ltx_cpu::)?(\w+)>")
 
 
 def test_cpu_ops_are_compiled_once_per_isa(ltx):
     """Every ltx_cpu op and storage type has one compilation per ISA (vec.h's run_avx512 / run_avx2 /
-    run_baseline) with everything it calls inlined: a helper left out of line would be compiled once, for
+    run_baseline, and run_avx512bf16 for bf16) with everything it calls inlined: a helper left out of line would be compiled once, for
     baseline x86-64 only (about 2x slower, silently)."""
     nm = shutil.which("nm")
     if nm is None or platform.machine() != "x86_64":
@@ -499,9 +499,10 @@ def test_cpu_ops_are_compiled_once_per_isa(ltx):
     text = [line.split(" ", 2)[2] for line in symbols.splitlines()
             if "ltx_cpu::" in line and line.split(" ", 2)[1] in "tTwW"]
     runners = {m.groups() for m in map(_RUNNER.search, text) if m}
-    assert runners == {(isa, op, t) for isa in ("avx512", "avx2", "baseline") for op in CPU_OPS
-                       for t in ("float", "BFloat16", "Half", "double")}
-    entry = set(CPU_OPS) | {"prefer_huge_pages", "stream_outputs"}
+    assert runners == ({(isa, op, t) for isa in ("avx512", "avx2", "baseline") for op in CPU_OPS
+                        for t in ("float", "BFloat16", "Half", "double")}
+                       | {("avx512bf16", op, "BFloat16") for op in CPU_OPS})
+    entry = set(CPU_OPS) | {"prefer_huge_pages", "stream_outputs", "cpu_has_avx512bf16"}
     functions = [(name, re.match(r"(?:\w+ )?ltx_cpu::(\w+)\(", name)) for name in text if not _RUNNER.search(name)]
     out_of_line = [name for name, m in functions if m is None or m.group(1) not in entry]
     assert not out_of_line, "\n".join(out_of_line)
@@ -558,7 +559,7 @@ def test_every_isa_compilation_converts_like_the_scalar_code(tmp_path):
     subprocess.run([cxx, "-std=c++20", "-O2", "-fno-trapping-math", "-Wno-psabi", f"-I{root / 'kernel_src/ltx_cpu'}",
                     str(root / "tests/cpp/vec_isa_check.cpp"), "-o", str(exe)], check=True, capture_output=True)
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "ok baseline" in run.stdout, run.stdout
+    assert run.returncode == 0 and "ok baseline" in run.stdout and "FAIL" not in run.stdout, run.stdout
     if platform.machine() == "x86_64":
         assert "ok avx2" in run.stdout or "skip avx2" in run.stdout, run.stdout
 

@@ -25,7 +25,7 @@ _PACKED = re.compile(r"^\s*[0-9a-f]+:\s+v?(?:fn?m(?:add|sub)\w*p[sd]|(?:add|sub|
 _SCALAR = re.compile(r"^\s*[0-9a-f]+:\s+v?(?:fn?m(?:add|sub)\w*s[sd]|(?:add|sub|mul|div|sqrt|max|min)s[sd])\b")
 _WIDTH = {"z": 512, "y": 256, "x": 128}
 # `void ns::run_avx512<ns::op(args)::{lambda(auto:1)#1}::operator()<ns::BFloat16>(...) const::{lambda...}>(...)`
-_RUNNER = re.compile(r"(?P<ns>\w+)::run_(?P<isa>avx512|avx2|baseline)<(?P=ns)::(?P<op>\w+)\(.*?"
+_RUNNER = re.compile(r"(?P<ns>\w+)::run_(?P<isa>avx512bf16|avx512|avx2|baseline)<(?P=ns)::(?P<op>\w+)\(.*?"
                      r"operator\(\)<(?:(?P=ns)::)?(?P<type>\w+)>")
 
 

@@ -51,7 +51,7 @@ void add_rms_norm_modulate(void* h, void* out, const void* x, const void* y, con
                            DType dtype, bool stream) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+    run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       add_rms_norm_modulate_rows(isa, static_cast<T*>(h), static_cast<T*>(out),
                                  static_cast<const T*>(x), static_cast<const T*>(y),
                                  static_cast<const T*>(scale), static_cast<const T*>(shift),

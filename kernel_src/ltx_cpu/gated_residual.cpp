@@ -25,7 +25,7 @@ void gated_residual(void* out, const void* x, const void* y, const void* gate, i
                     int64_t gate_token_stride, DType dtype, bool stream) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+    run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       gated_residual_rows(isa, static_cast<T*>(out), static_cast<const T*>(x),
                           static_cast<const T*>(y), static_cast<const T*>(gate), row_begin,
                           row_end, tokens, dim, gate_batch_stride, gate_token_stride, stream);

@@ -57,7 +57,7 @@ LTX_INLINE double gelu_tanh_value(double v) {
 void gelu_tanh(void* out, const void* x, int64_t begin, int64_t end, DType dtype, bool stream) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+    run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       map_row(isa, stream, static_cast<T*>(out) + begin, end - begin,
               [](auto v) { return gelu_tanh_value(v); }, static_cast<const T*>(x) + begin);
       if (stream) stream_fence();

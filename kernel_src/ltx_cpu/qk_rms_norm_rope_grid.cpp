@@ -50,7 +50,7 @@ void qk_rms_norm_rope_grid(void* q_out, void* k_out, const void* q, const void* 
                            double eps, DType dtype) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+    run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       qk_rms_norm_rope_grid_rows(isa, static_cast<T*>(q_out), static_cast<T*>(k_out),
                                  static_cast<const T*>(q), static_cast<const T*>(k),
                                  static_cast<const T*>(weight_q), static_cast<const T*>(weight_k),

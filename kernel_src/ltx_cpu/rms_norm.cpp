@@ -26,7 +26,7 @@ void rms_norm(void* out, const void* x, const void* weight, int64_t row_begin, i
               int64_t dim, double eps, DType dtype, bool stream) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+    run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       rms_norm_rows(isa, static_cast<T*>(out), static_cast<const T*>(x), static_cast<const T*>(weight),
                     row_begin, row_end, dim, eps, stream);
     });

@@ -30,7 +30,7 @@ void rms_norm_modulate(void* out, const void* x, const void* scale, const void* 
                        DType dtype, bool stream) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+    run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       rms_norm_modulate_rows(isa, static_cast<T*>(out), static_cast<const T*>(x),
                              static_cast<const T*>(scale), static_cast<const T*>(shift),
                              static_cast<const T*>(weight), row_begin, row_end, tokens, dim,

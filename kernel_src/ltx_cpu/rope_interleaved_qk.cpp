@@ -34,7 +34,7 @@ void rope_interleaved_qk(void* q_out, void* k_out, const void* q, const void* k,
                          DType dtype) {
   dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    run_on_cpu([&](auto isa) LTX_ALWAYS_INLINE {
+    run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       rope_rows(isa, static_cast<T*>(q_out), static_cast<T*>(k_out), static_cast<const T*>(q),
                 static_cast<const T*>(k), cos, sin, row_begin, row_end, dim);
     });

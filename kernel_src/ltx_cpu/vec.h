@@ -4,7 +4,7 @@
 // element goes through the same instructions. Loads and stores convert the storage type per ISA:
 // F16C (vcvtph2ps / vcvtps2ph) for fp16, AVX-512 / AVX2 integer widening for bf16, and portable
 // integer arithmetic on the baseline. run_on_cpu compiles an op once per ISA (x86-64-v4, x86-64-v3,
-// baseline) and calls the best one the CPU supports.
+// baseline; bf16 rows also x86-64-v4 with AVX512-BF16) and calls the best one the CPU supports.
 #pragma once
 
 #include <algorithm>
@@ -30,6 +30,7 @@ constexpr int64_t kLanes = 16;
 
 // The ISA an op's loops are compiled for: a tag type, so overloads pick the instructions.
 struct Avx512 {};
+struct Avx512Bf16 : Avx512 {};  // AVX-512 plus vcvtneps2bf16 (Zen 4, Sapphire Rapids): bf16 rows only
 struct Avx2 {};
 struct Baseline {};
 
@@ -109,6 +110,14 @@ LTX_INLINE u16x16 narrow16(Baseline, const Half*, f32x16 v) {
 __attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const BFloat16*, f32x16 v) {
   const __m512i rounded = bit_cast_to<__m512i>(float_to_bf16_lanes(bit_cast_to<u32x16>(v)));
   return bit_cast_to<u16x16>(_mm512_cvtepi32_epi16(rounded));
+}
+// One instruction for 16 bf16 roundings (nearest even; NaN -> quiet NaN, as convert.h), but it
+// flushes fp32 subnormal inputs to zero: a chunk holding one takes the integer rounding instead.
+__attribute__((target("arch=x86-64-v4,avx512bf16"))) inline u16x16 narrow16(Avx512Bf16, const BFloat16* p,
+                                                                          f32x16 v) {
+  const __m512 x = bit_cast_to<__m512>(v);
+  if (__builtin_expect(_mm512_fpclass_ps_mask(x, 0x20) != 0, 0)) return narrow16(Avx512{}, p, v);
+  return bit_cast_to<u16x16>(_mm512_cvtneps_pbh(x));
 }
 __attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const Half*, f32x16 v) {
   return bit_cast_to<u16x16>(_mm512_cvtps_ph(bit_cast_to<__m512>(v), _MM_FROUND_TO_NEAREST_INT));
@@ -309,11 +318,21 @@ __attribute__((target("arch=x86-64-v4"), flatten, noinline)) void run_avx512(con
 }
 
 template <typename Op>
+__attribute__((target("arch=x86-64-v4,avx512bf16"), flatten, noinline)) void run_avx512bf16(const Op& op) {
+  op(Avx512Bf16{});
+}
+
+template <typename Op>
 __attribute__((target("arch=x86-64-v3"), flatten, noinline)) void run_avx2(const Op& op) {
   op(Avx2{});
 }
 
 enum class CpuIsa { Avx512, Avx2, Baseline };
+
+inline bool cpu_has_avx512bf16() {
+  static const bool yes = __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
+  return yes;
+}
 
 inline CpuIsa cpu_isa() {
   static const CpuIsa isa = __builtin_cpu_supports("x86-64-v4")   ? CpuIsa::Avx512
@@ -323,10 +342,13 @@ inline CpuIsa cpu_isa() {
 }
 #endif
 
-// Calls op(isa) compiled for the best ISA this CPU has.
-template <typename Op>
+// Calls op(isa) compiled for the best ISA this CPU has, for rows stored as T.
+template <typename T, typename Op>
 void run_on_cpu(const Op& op) {
 #if defined(__x86_64__)
+  if constexpr (std::is_same_v<T, BFloat16>) {
+    if (cpu_has_avx512bf16()) return run_avx512bf16(op);
+  }
   switch (cpu_isa()) {
     case CpuIsa::Avx512: return run_avx512(op);
     case CpuIsa::Avx2: return run_avx2(op);

@@ -119,6 +119,8 @@ int main() {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("x86-64-v4")) run_avx512([](auto isa) { check(isa, "avx512"); });
   else std::printf("skip avx512 (not on this CPU)\n");
+  if (cpu_has_avx512bf16()) run_avx512bf16([](auto isa) { check(isa, "avx512bf16"); });
+  else std::printf("skip avx512bf16 (not on this CPU)\n");
   if (__builtin_cpu_supports("x86-64-v3")) run_avx2([](auto isa) { check(isa, "avx2"); });
   else std::printf("skip avx2 (not on this CPU)\n");
 #endif
