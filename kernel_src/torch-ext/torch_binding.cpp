@@ -324,7 +324,8 @@ class Launch {
 
 int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// An uninitialised output like x, on huge pages where whole ones fit (ltx_cpu::prefer_huge_pages).
+// An uninitialised output like x; a fresh mapping (32 MiB and more) on huge pages
+// (ltx_cpu::prefer_huge_pages).
 Tensor output_like(const Tensor& x) {
   Tensor out = torch::stable::empty_like(x);
   native::prefer_huge_pages(out.mutable_data_ptr(), bytes_of(out));
