@@ -23,7 +23,6 @@ from hubkernels.verify import _vector
 
 ROOT = Path(__file__).resolve().parent.parent
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-CI_TOLERANCE = VERIFY_CI_TOLERANCE
 
 
 def hubkernels_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -93,7 +92,7 @@ def demo(tmp_path_factory) -> tuple[Path, dict]:
     work = tmp_path_factory.mktemp("init-verify")
     made = hubkernels_cli("init", "demo-kernel", cwd=work)
     assert made.returncode == 0, made.stderr
-    checked = hubkernels_cli("verify", "demo-kernel", "--json", "--tolerance", CI_TOLERANCE, cwd=work)
+    checked = hubkernels_cli("verify", "demo-kernel", "--json", "--tolerance", VERIFY_CI_TOLERANCE, cwd=work)
     assert checked.stdout.strip(), checked.stderr[-3000:]
     return work / "demo-kernel", {**json.loads(checked.stdout), "returncode": checked.returncode}
 
@@ -185,7 +184,7 @@ def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reaso
     init = root / "kernel_src/torch-ext/demo_kernel/__init__.py"
     init.write_text(init.read_text().replace("    return ops.rms_norm(", "    print(\"rms_norm\")\n"
                                                                       "    return ops.rms_norm("))
-    done = hubkernels_cli("verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", CI_TOLERANCE,
+    done = hubkernels_cli("verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", VERIFY_CI_TOLERANCE,
                           cwd=root)
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]
     lines = done.stdout.splitlines()

@@ -488,8 +488,8 @@ _RUNNER = re.compile(r"ltx_cpu::run_(avx512bf16|avx512|avx2|baseline)<ltx_cpu::(
 
 def test_cpu_ops_are_compiled_once_per_isa(ltx):
     """Every ltx_cpu op and storage type has one compilation per ISA (vec.h's run_avx512 / run_avx2 /
-    run_baseline, and run_avx512bf16 for bf16) with everything it calls inlined: a helper left out of line would be compiled once, for
-    baseline x86-64 only (about 2x slower, silently)."""
+    run_baseline, and run_avx512bf16 for bf16) with everything it calls inlined: a helper left out of line
+    would be compiled once, for baseline x86-64 only (about 2x slower, silently)."""
     nm = shutil.which("nm")
     if nm is None or platform.machine() != "x86_64":
         pytest.skip("needs binutils' nm on x86_64")

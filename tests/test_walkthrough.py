@@ -14,7 +14,6 @@ from helpers import VERIFY_CI_TOLERANCE
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "walkthrough.md"
-CI_TOLERANCE = VERIFY_CI_TOLERANCE
 
 
 def doc_blocks() -> list[tuple[str, str]]:
@@ -32,7 +31,7 @@ def as_script(blocks: list[tuple[str, str]]) -> str:
             # does every other check, so the walkthrough stays within CI's time. CI machines are shared: the
             # speed gate allows for the load there (helpers.VERIFY_CI_TOLERANCE).
             lines.append(re.sub(r"(?m)^hubkernels verify$",
-                                f"hubkernels verify --skip tests --tolerance {CI_TOLERANCE}", code))
+                                f"hubkernels verify --skip tests --tolerance {VERIFY_CI_TOLERANCE}", code))
         else:
             lines.append(f"\"{sys.executable}\" - <<'WALKTHROUGH_PY'\n{code}WALKTHROUGH_PY")
     return "\n".join(lines) + "\n"

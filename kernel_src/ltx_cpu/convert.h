@@ -26,8 +26,10 @@ struct BFloat16 {
 
 // The conversions are written once for a uint32_t / float and for 16 lanes of them (vec.h): the
 // comparisons and selects below work lane by lane on GCC/Clang vector types.
+// The bytes of u as an F of the same size (u by reference: an array of register halves never decays).
 template <typename F, typename U>
-LTX_INLINE F bits_as(U u) {
+LTX_INLINE F bits_as(const U& u) {
+  static_assert(sizeof(F) == sizeof(U));
   F f;
   std::memcpy(&f, &u, sizeof f);
   return f;

@@ -5,7 +5,6 @@
 #include <sys/mman.h>
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "ltx_cpu.h"
 

@@ -34,15 +34,6 @@ struct Avx512Bf16 : Avx512 {};  // AVX-512 plus vcvtneps2bf16 (Zen 4, Sapphire R
 struct Avx2 {};
 struct Baseline {};
 
-// The bytes of u (a vector, or an array of register halves: taken by reference, never decayed).
-template <typename F, typename U>
-LTX_INLINE F bit_cast_to(const U& u) {
-  static_assert(sizeof(F) == sizeof(U));
-  F f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
 // ---- loads: 16 storage elements -> 16 fp32 lanes ----------------------------------------------
 
 template <typename Isa>
@@ -52,19 +43,18 @@ LTX_INLINE f32x16 load16(Isa, const float* p) {
   return v;
 }
 
-template <typename Isa>
-LTX_INLINE u16x16 bits16(Isa, const void* p) {
+LTX_INLINE u16x16 bits16(const void* p) {
   u16x16 v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
 // Portable: bf16 is the top half of an fp32; fp16 through convert.h's integer arithmetic.
-LTX_INLINE f32x16 load16(Baseline isa, const BFloat16* p) {
-  return bit_cast_to<f32x16>(__builtin_convertvector(bits16(isa, p), u32x16) << 16);
+LTX_INLINE f32x16 load16(Baseline, const BFloat16* p) {
+  return bits_as<f32x16>(__builtin_convertvector(bits16(p), u32x16) << 16);
 }
-LTX_INLINE f32x16 load16(Baseline isa, const Half* p) {
-  return half_to_float_lanes<f32x16>(__builtin_convertvector(bits16(isa, p), u32x16));
+LTX_INLINE f32x16 load16(Baseline, const Half* p) {
+  return half_to_float_lanes<f32x16>(__builtin_convertvector(bits16(p), u32x16));
 }
 
 // The ISA-specific overloads are plain `inline`: always_inline would have to inline them into the
@@ -72,22 +62,22 @@ LTX_INLINE f32x16 load16(Baseline isa, const Half* p) {
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) inline f32x16 load16(Avx512, const BFloat16* p) {
   const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return bit_cast_to<f32x16>(_mm512_slli_epi32(wide, 16));
+  return bits_as<f32x16>(_mm512_slli_epi32(wide, 16));
 }
 __attribute__((target("arch=x86-64-v4"))) inline f32x16 load16(Avx512, const Half* p) {
-  return bit_cast_to<f32x16>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+  return bits_as<f32x16>(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
 }
 __attribute__((target("arch=x86-64-v3"))) inline f32x16 load16(Avx2, const BFloat16* p) {
   const __m128i* q = reinterpret_cast<const __m128i*>(p);
   const __m256i lo = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q)), 16);
   const __m256i hi = _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(q + 1)), 16);
   const __m256i both[2] = {lo, hi};
-  return bit_cast_to<f32x16>(both);
+  return bits_as<f32x16>(both);
 }
 __attribute__((target("arch=x86-64-v3"))) inline f32x16 load16(Avx2, const Half* p) {
   const __m128i* q = reinterpret_cast<const __m128i*>(p);
   const __m256 both[2] = {_mm256_cvtph_ps(_mm_loadu_si128(q)), _mm256_cvtph_ps(_mm_loadu_si128(q + 1))};
-  return bit_cast_to<f32x16>(both);
+  return bits_as<f32x16>(both);
 }
 #endif
 
@@ -100,7 +90,7 @@ LTX_INLINE void store16(Isa, float* p, f32x16 v) {
 
 // bf16 and fp16 as 16 rounded bit patterns; the portable rounding is convert.h's, lane by lane.
 LTX_INLINE u16x16 narrow16(Baseline, const BFloat16*, f32x16 v) {
-  return __builtin_convertvector(float_to_bf16_lanes(bit_cast_to<u32x16>(v)), u16x16);
+  return __builtin_convertvector(float_to_bf16_lanes(bits_as<u32x16>(v)), u16x16);
 }
 LTX_INLINE u16x16 narrow16(Baseline, const Half*, f32x16 v) {
   return __builtin_convertvector(float_to_half_lanes<u32x16>(v), u16x16);
@@ -108,33 +98,33 @@ LTX_INLINE u16x16 narrow16(Baseline, const Half*, f32x16 v) {
 
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const BFloat16*, f32x16 v) {
-  const __m512i rounded = bit_cast_to<__m512i>(float_to_bf16_lanes(bit_cast_to<u32x16>(v)));
-  return bit_cast_to<u16x16>(_mm512_cvtepi32_epi16(rounded));
+  const __m512i rounded = bits_as<__m512i>(float_to_bf16_lanes(bits_as<u32x16>(v)));
+  return bits_as<u16x16>(_mm512_cvtepi32_epi16(rounded));
 }
 // One instruction for 16 bf16 roundings (nearest even; NaN -> quiet NaN, as convert.h), but it
 // flushes fp32 subnormal inputs to zero: a chunk holding one takes the integer rounding instead.
 __attribute__((target("arch=x86-64-v4,avx512bf16"))) inline u16x16 narrow16(Avx512Bf16, const BFloat16* p,
                                                                           f32x16 v) {
-  const __m512 x = bit_cast_to<__m512>(v);
+  const __m512 x = bits_as<__m512>(v);
   if (__builtin_expect(_mm512_fpclass_ps_mask(x, 0x20) != 0, 0)) return narrow16(Avx512{}, p, v);
-  return bit_cast_to<u16x16>(_mm512_cvtneps_pbh(x));
+  return bits_as<u16x16>(_mm512_cvtneps_pbh(x));
 }
 __attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const Half*, f32x16 v) {
-  return bit_cast_to<u16x16>(_mm512_cvtps_ph(bit_cast_to<__m512>(v), _MM_FROUND_TO_NEAREST_INT));
+  return bits_as<u16x16>(_mm512_cvtps_ph(bits_as<__m512>(v), _MM_FROUND_TO_NEAREST_INT));
 }
 __attribute__((target("arch=x86-64-v3"))) inline u16x16 narrow16(Avx2, const BFloat16*, f32x16 v) {
-  const u32x16 rounded = float_to_bf16_lanes(bit_cast_to<u32x16>(v));  // < 2^16: packus keeps it
+  const u32x16 rounded = float_to_bf16_lanes(bits_as<u32x16>(v));  // < 2^16: packus keeps it
   __m256i half[2];
   std::memcpy(half, &rounded, sizeof half);
   const __m256i packed = _mm256_packus_epi32(half[0], half[1]);  // 128-bit lanes interleaved
-  return bit_cast_to<u16x16>(_mm256_permute4x64_epi64(packed, 0xd8));
+  return bits_as<u16x16>(_mm256_permute4x64_epi64(packed, 0xd8));
 }
 __attribute__((target("arch=x86-64-v3"))) inline u16x16 narrow16(Avx2, const Half*, f32x16 v) {
   __m256 half[2];
   std::memcpy(half, &v, sizeof half);
   const __m128i both[2] = {_mm256_cvtps_ph(half[0], _MM_FROUND_TO_NEAREST_INT),
                            _mm256_cvtps_ph(half[1], _MM_FROUND_TO_NEAREST_INT)};
-  return bit_cast_to<u16x16>(both);
+  return bits_as<u16x16>(both);
 }
 #endif
 
@@ -144,8 +134,8 @@ LTX_INLINE void store16(Isa isa, T* p, f32x16 v) {
   std::memcpy(p, &bits, sizeof bits);
 }
 
-// Non-temporal stores of one chunk; `p` is 64-byte aligned for fp32, 32-byte for 16-bit types.
-// Each task ends with stream_fence().
+// Non-temporal stores of one chunk (16-byte stores: `p` is 16-byte aligned). Each task that streams
+// ends with stream_fence().
 template <typename Isa, typename T>
 LTX_INLINE void stream16(Isa isa, T* p, f32x16 v) {
 #if defined(__x86_64__)
@@ -173,7 +163,7 @@ LTX_INLINE void stream_fence() {
 
 // ---- rows ---------------------------------------------------------------------------------------
 
-// 16 elements of p starting at `at`, of which the first `n` (< 16) exist; the rest read as zero.
+// 16 elements from p, of which the first `n` (< 16) exist; the rest read as zero.
 template <typename Isa, typename T>
 LTX_INLINE f32x16 load_part(Isa isa, const T* p, int64_t n) {
   T tmp[kLanes] = {};
