@@ -1,0 +1,267 @@
+"""What real torch binaries export, read from their ELF files: the facts the load check resolves against.
+
+A `TorchTable` records, for one torch release, each of its libraries' SONAME, DT_NEEDED list and exported
+dynamic symbols: C symbols and C++ standard-library symbols (the ones a torch library can hand a module in place
+of libstdc++), never torch's own C++ API. Tables for every torch the package index serves from the first
+stable-ABI release on ship in `torch_symbols/`, extracted from the published wheels by
+
+    python -m hubkernels.build.symbols torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl ...
+
+so a build on a machine with one torch checks against all of them without downloading gigabytes. A build against
+the installed torch (full ABI) reads that torch's own libraries, every export included.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import BuildError
+
+__all__ = ["ElfModule", "Library", "TorchTable", "read_elf", "shipped_tables", "installed_table",
+           "extract_wheel", "write_link_stubs", "stable_link_stubs", "TABLE_DIR", "TORCH_LIBRARIES"]
+
+TABLE_DIR = Path(__file__).with_name("torch_symbols")
+#: The torch libraries a kernel module may link (others in torch/lib are torch's own business).
+TORCH_LIBRARIES = ("libc10.so", "libtorch_cpu.so", "libtorch.so", "libc10_cuda.so", "libtorch_cuda.so",
+                   "libtorch_global_deps.so", "libgomp.so.1")
+#: Mangled names of the C++ standard library (std::, __gnu_cxx::, __cxxabiv1::, operator new/delete):
+#: the only C++ symbols a table keeps, since a torch library that exports one serves it to a module first.
+_STD = re.compile(r"^_Z(?:N[KRVO]*|T[ISV]|Th?n?\d*_?)?(?:St|S[aboisd]|9__gnu_cxx|10__cxxabiv1)|^_Z(?:nw|na|dl|da)")
+
+
+@dataclass(frozen=True)
+class Undefined:
+    """A symbol a module needs: its name, the version it asks for (and from which file), and whether weak."""
+
+    name: str
+    version: str | None = None
+    file: str | None = None
+    weak: bool = False
+
+
+@dataclass(frozen=True)
+class ElfModule:
+    """The dynamic-linking facts of one ELF shared object."""
+
+    soname: str | None
+    needed: tuple[str, ...]
+    undefined: tuple[Undefined, ...]
+    exports: frozenset[str]
+    version_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> versions it asks of it
+    version_defs: dict[str, str] = field(default_factory=dict)  # exported symbol -> version it is defined at
+
+
+@dataclass(frozen=True)
+class Library:
+    """One library of a torch release as the dynamic linker sees it."""
+
+    soname: str
+    needed: tuple[str, ...]
+    exports: frozenset[str]
+
+
+@dataclass(frozen=True)
+class TorchTable:
+    """The libraries of one torch release (`version` like "2.11.0", `local` like "cu130")."""
+
+    version: str
+    local: str | None
+    libraries: dict[str, Library]
+    source: str = ""
+    complete: bool = False  # every export kept (read from an installed torch), not only C and std symbols
+
+    @property
+    def minor(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+    @property
+    def label(self) -> str:
+        return f"torch {self.version}" + (f"+{self.local}" if self.local else "")
+
+    def to_json(self) -> dict[str, object]:
+        return {"torch": self.version, "local": self.local, "source": self.source,
+                "libraries": {k: {"soname": v.soname, "needed": list(v.needed), "exports": sorted(v.exports)}
+                              for k, v in sorted(self.libraries.items())}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> TorchTable:  # type: ignore[type-arg]
+        libs = {k: Library(v["soname"], tuple(v["needed"]), frozenset(v["exports"]))
+                for k, v in data["libraries"].items()}
+        return cls(data["torch"], data.get("local"), libs, data.get("source", ""))
+
+
+def read_elf(path: str | Path) -> ElfModule:
+    """Read SONAME, DT_NEEDED, undefined and exported dynamic symbols (with their versions) of a shared object."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            dyn = elf.get_section_by_name(".dynamic")
+            tags = list(dyn.iter_tags()) if dyn is not None else []
+            soname = next((t.soname for t in tags if t.entry.d_tag == "DT_SONAME"), None)
+            needed = tuple(t.needed for t in tags if t.entry.d_tag == "DT_NEEDED")
+            versions = _version_names(elf)
+            symtab = elf.get_section_by_name(".dynsym")
+            versym = elf.get_section_by_name(".gnu.version")
+            undefined: list[Undefined] = []
+            exports: set[str] = set()
+            defs: dict[str, str] = {}
+            for i, sym in enumerate(symtab.iter_symbols() if symtab is not None else ()):
+                bind = sym["st_info"]["bind"]
+                if not sym.name or bind not in ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE"):
+                    continue
+                ndx = versym.get_symbol(i)["ndx"] if versym is not None else 0
+                ver, vfile = versions.get(ndx & 0x7FFF if isinstance(ndx, int) else -1, (None, None))
+                if sym["st_shndx"] == "SHN_UNDEF":
+                    undefined.append(Undefined(sym.name, ver, vfile, bind == "STB_WEAK"))
+                elif sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED"):
+                    exports.add(sym.name)
+                    if ver and vfile is None:
+                        defs[sym.name] = ver
+            needs: dict[str, list[str]] = {}
+            for ver, vfile in versions.values():
+                if vfile is not None:
+                    needs.setdefault(vfile, []).append(ver)
+    except (OSError, ELFError) as e:
+        raise BuildError(f"cannot read {Path(path).name} as an ELF shared object ({e})") from None
+    return ElfModule(soname, needed, tuple(undefined), frozenset(exports),
+                     {k: tuple(v) for k, v in needs.items()}, defs)
+
+
+def _version_names(elf) -> dict[int, tuple[str, str | None]]:  # type: ignore[no-untyped-def]
+    """Version index -> (name, file it is needed from, or None for a version this object defines)."""
+    out: dict[int, tuple[str, str | None]] = {}
+    need = elf.get_section_by_name(".gnu.version_r")
+    if need is not None:
+        for verneed, auxes in need.iter_versions():
+            for aux in auxes:
+                out[aux["vna_other"]] = (aux.name, verneed.name)
+    vdef = elf.get_section_by_name(".gnu.version_d")
+    if vdef is not None:
+        for verdef, auxes in vdef.iter_versions():
+            names = [a.name for a in auxes]
+            if names and not verdef["vd_flags"] & 1:  # VER_FLG_BASE names the file, not a version
+                out[verdef["vd_ndx"]] = (names[0], None)
+    return out
+
+
+def _library(elf: ElfModule, name: str, keep_all: bool) -> Library:
+    exports = elf.exports if keep_all else frozenset(s for s in elf.exports if not s.startswith("_Z") or _STD.match(s))
+    return Library(elf.soname or name, elf.needed, exports)
+
+
+@lru_cache(maxsize=1)
+def shipped_tables() -> tuple[TorchTable, ...]:
+    """The tables that ship with hubkernels, oldest torch first."""
+    tables = []
+    for path in TABLE_DIR.glob("torch-*.json.gz"):
+        with gzip.open(path, "rt") as f:
+            tables.append(TorchTable.from_json(json.load(f)))
+    return tuple(sorted(tables, key=lambda t: tuple(int(x) for x in t.version.split("."))))
+
+
+@lru_cache(maxsize=4)
+def installed_table(torch_lib: str | None = None) -> TorchTable:
+    """The table of the torch this process imports (or of the `torch/lib` folder given), every export kept."""
+    import torch
+
+    lib_dir = Path(torch_lib) if torch_lib else Path(torch.__file__).parent / "lib"
+    version, _, local = torch.__version__.partition("+")
+    libs = {}
+    for name in TORCH_LIBRARIES:
+        path = lib_dir / name
+        if path.is_file():
+            libs[name] = _library(read_elf(path), name, keep_all=True)
+    return TorchTable(version, local or None, libs, str(lib_dir), complete=True)
+
+
+def extract_wheel(wheel: str | Path) -> TorchTable:
+    """The table of a torch wheel: its libraries unpacked one at a time into a temporary folder, then read."""
+    wheel = Path(wheel)
+    libs: dict[str, Library] = {}
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory() as tmp:
+        names = set(zf.namelist())
+        version_py = zf.read("torch/version.py").decode()
+        version = re.search(r"__version__ = '([^']+)'", version_py)
+        if version is None:
+            raise BuildError(f"{wheel.name} has no torch/version.py version")
+        for lib in TORCH_LIBRARIES:
+            member = f"torch/lib/{lib}"
+            if member not in names:
+                continue
+            out = zf.extract(member, tmp)
+            libs[lib] = _library(read_elf(out), lib, keep_all=False)
+            Path(out).unlink()
+    full, _, local = version.group(1).partition("+")
+    return TorchTable(full, local or None, libs, wheel.name)
+
+
+def write_link_stubs(dest: Path, table: TorchTable, libraries: tuple[str, ...]) -> Path:
+    """Stub libraries with the SONAMEs and C exports of `table`'s `libraries`, to link a module against.
+
+    A module linked against them records the same DT_NEEDED entries as one linked against that torch's real
+    libraries, and binds C++ standard-library symbols to libstdc++ (versioned) rather than to torch's copies,
+    so it does not depend on which torch the build machine has.
+    """
+    import subprocess
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in libraries:
+        lib = table.libraries.get(name)
+        if lib is None:
+            raise BuildError(f"{table.label} has no {name} to link against")
+        c_symbols = sorted(s for s in lib.exports if re.fullmatch(r"[A-Za-z_]\w*", s) and not s.startswith("_Z"))
+        src = dest / f"{name}.stub.c"
+        src.write_text("/* generated by hubkernels build: link stub of " + f"{name} ({table.label}) */\n"
+                       + "".join(f"void {s}(void) {{}}\n" for s in c_symbols))
+        out = dest / name
+        proc = subprocess.run(["cc", "-shared", "-fPIC", "-w", "-o", str(out), f"-Wl,-soname,{lib.soname}", str(src)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"could not make the link stub {name}: {proc.stderr.strip()[-500:]}")
+    return dest
+
+
+def stable_link_stubs(work: Path, target: tuple[int, int], backend: str) -> Path | None:
+    """Link stubs of the oldest shipped torch at or above a stable-ABI `target` (None when none ships)."""
+    floor = next((t for t in shipped_tables() if t.minor >= target), None)
+    if floor is None:
+        return None
+    libraries = ("libc10.so", "libtorch.so", "libtorch_cpu.so")
+    if backend == "cuda":
+        libraries += ("libc10_cuda.so", "libtorch_cuda.so")
+    dest = work / f"stubs-{floor.version}"
+    if all((dest / name).is_file() for name in libraries):
+        return dest
+    return write_link_stubs(dest, floor, libraries)
+
+
+def main(argv: list[str]) -> int:
+    """Extract the table of each torch wheel named into torch_symbols/ (a maintainer's command)."""
+    if not argv:
+        print("usage: python -m hubkernels.build.symbols TORCH_WHEEL...", file=sys.stderr)
+        return 2
+    TABLE_DIR.mkdir(exist_ok=True)
+    for wheel in argv:
+        table = extract_wheel(wheel)
+        out = TABLE_DIR / f"torch-{table.version}.json.gz"
+        with gzip.GzipFile(out, "wb", mtime=0) as f:
+            f.write(json.dumps(table.to_json(), separators=(",", ":")).encode())
+        n = sum(len(lib.exports) for lib in table.libraries.values())
+        print(f"{out.name}: {table.label}, {len(table.libraries)} libraries, {n} exports")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
