@@ -32,18 +32,19 @@ def main(spec_path: str) -> None:
 
     import torch
 
-    # A stable-ABI CUDA module links only the CUDA runtime besides torch: built against a CPU torch's stable headers
-    # (any torch from its target on serves it), it must not ask for torch's CUDA libraries.
+    # A stable-ABI CUDA module built against a CPU torch's stable headers (any torch from its target on serves it)
+    # links the CUDA runtime and, through the stubs the spec names, torch's CUDA library.
     stable_cuda = spec["cuda"] and spec.get("stable") and torch.version.cuda is None
     make = CUDAExtension if spec["cuda"] and not stable_cuda else CppExtension
-    extra: dict = {}
+    # Link stubs first on the library path (a stable-ABI build), then the libraries they stand for.
+    extra: dict = {"libraries": list(spec.get("libraries", [])), "library_dirs": list(spec.get("library_dirs", []))}
     if stable_cuda:
         from torch.utils import cpp_extension
 
         home = os.environ.get("CUDA_HOME", "")
         cpp_extension.CUDA_HOME = home or None  # a CPU torch never looks for a toolkit; nvcc compiles the .cu files
-        extra = {"libraries": ["cudart"], "library_dirs": [d for d in (f"{home}/lib64", f"{home}/lib")
-                                                           if os.path.isdir(d)]}
+        extra["libraries"].append("cudart")
+        extra["library_dirs"] += [d for d in (f"{home}/lib64", f"{home}/lib") if os.path.isdir(d)]
     ext = make(
         name=spec["name"],
         sources=spec["sources"],

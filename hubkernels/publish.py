@@ -247,6 +247,12 @@ def _check_builds(config: BuildConfig, built: dict[str, Path], metas: dict[str, 
         if problems:
             raise PublishError(f"build/{name} does not match its metadata.json digest ({'; '.join(problems)}). "
                                "Rebuild it with `hubkernels build` before uploading.")
+        from .build.loadcheck import variant_load_problems
+
+        unloadable = variant_load_problems(built[name])
+        if unloadable:
+            raise PublishError(f"build/{name} would not load where its name says ({'; '.join(unloadable)}). "
+                               "Fix it and rebuild before uploading.")
         if meta.dirty:
             warnings.warn(f"build/{name} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
                           "can rebuild it from a commit. Commit, rebuild and upload again for a reproducible release.",

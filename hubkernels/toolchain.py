@@ -31,7 +31,7 @@ __all__ = ["Toolchain", "ToolchainError", "ToolchainUnavailable", "toolchain", "
 
 #: What a toolchain's venv needs besides torch to run `python -m hubkernels build` from our source tree.
 BUILD_REQUIREMENTS = ("ninja", "setuptools>=68", "wheel", "packaging>=23", "tqdm", "filelock", "numpy",
-                      "kernel-abi-check>=0.14")
+                      "pyelftools>=0.31", "kernel-abi-check>=0.14")
 #: The nvidia-cuda-* wheels that make a CUDA_HOME (13.x wheels ship the whole nvcc; 12.x ones only ptxas).
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-nvvm")
 _MARKER = ".complete"

@@ -27,6 +27,7 @@ from ..system import System, Variant
 from .abi import check_abi, check_torch_stable_abi
 from .compile import CompileError, compile_native
 from .generated import noarch_ops_py, ops_py
+from .loadcheck import load_problems, admitted_tables
 from .ids import git_state, ops_name, unique_id
 from .toolchain import check_torch_bounds, choose_backend, stable_abi, variant_for
 
@@ -124,7 +125,7 @@ def _build_variant(config: BuildConfig, backend: str, variant: Variant, target: 
     else:
         so, archs = compile_native(config, backend, name, work, jobs=jobs, verbose=verbose, stable_abi=target)
         shutil.copy2(so, staging / f"{name}.abi3.so")
-        _check_module(staging / f"{name}.abi3.so", target, quiet)
+        _check_module(staging / f"{name}.abi3.so", target, variant, quiet)
         (staging / "_ops.py").write_text(ops_py(name))
     _write_metadata(config, backend, name, archs, staging)
     if dest.exists():
@@ -136,17 +137,20 @@ def _build_variant(config: BuildConfig, backend: str, variant: Variant, target: 
     return BuildResult(variant, dest, name, False)
 
 
-def _check_module(so: Path, target: tuple[int, int] | None, quiet: bool) -> None:
-    """Fail on Python ABI3 (and, for a stable-ABI build, torch stable ABI) violations; warn on manylinux ones."""
+def _check_module(so: Path, target: tuple[int, int] | None, variant: Variant, quiet: bool) -> None:
+    """Fail unless the module loads where the variant's name says: Python ABI3, the torch stable ABI, and every
+    symbol resolved against the real libraries of each torch it admits (`loadcheck`)."""
     problems = check_abi(so)
     fatal = [p for p in problems if p.startswith("Python ABI3")]
     if target is not None:
         fatal += check_torch_stable_abi(so, target)
+    fatal += load_problems(so, variant, admitted_tables(variant))
     if fatal:
-        raise BuildError(f"{so.name} breaks the ABI it is built for (fix the source; symbols below):\n  "
-                         + "\n  ".join(fatal))
+        raise BuildError(f"{so.name} would not load where {variant} says it does (fix the source or the link; "
+                         "reasons below):\n  " + "\n  ".join(fatal))
     for p in problems:
-        _say(quiet, f"warning: ABI check: {p}")
+        if not p.startswith("Python ABI3"):
+            _say(quiet, f"warning: ABI check: {p}")
 
 
 def _write_metadata(config: BuildConfig, backend: str, name: str, archs: list[str], staging: Path) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ..config import BuildConfig
 from ..errors import BuildError
-from .generated import glibc_compat, registration_dir
+from .generated import glibc_compat, libstdcxx_compat, registration_dir
+from .symbols import stable_link_stubs
 from .toolchain import cuda_home, cuda_wheel_includes
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
@@ -76,14 +77,25 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
             nvcc_flags += _gencode(a)
         nvcc_flags += [*_UNDO_NVCC, "--expt-relaxed-constexpr", *defines]
     cxx_flags += [*defines, "-fno-gnu-unique", "-g0"]
-    compiled.append(glibc_compat(work))
+    compiled += [glibc_compat(work), libstdcxx_compat(work)]
+    # A stable-ABI module links against stubs of its floor torch's libraries (made from that torch's real
+    # binaries), never the building torch's: the same DT_NEEDED list whichever torch builds it, CUDA's
+    # libtorch_cuda.so included when the building torch is a CPU one.
+    library_dirs: list[str] = []
+    libraries: list[str] = []
+    stubs = stable_link_stubs(work, stable_abi, backend) if stable_abi else None
+    if stubs is not None:
+        library_dirs.append(str(stubs))
+        if backend == "cuda":
+            libraries.append("torch_cuda")
     lib_dir, tmp_dir = work / "lib", work / "obj"
     lib_dir.mkdir(parents=True, exist_ok=True)
     if backend == "cuda" and stable_abi and env.get("CUDA_HOME"):
         includes.append(Path(env["CUDA_HOME"]) / "include")  # the host compile of the binding sees cuda_runtime.h
     spec = {"name": name, "sources": [str(s) for s in compiled], "include_dirs": [str(i) for i in includes],
             "cxx": cxx_flags, "nvcc": nvcc_flags, "cuda": backend == "cuda", "stable": bool(stable_abi),
-            "build_lib": str(lib_dir), "build_temp": str(tmp_dir),
+            "build_lib": str(lib_dir), "build_temp": str(tmp_dir), "library_dirs": library_dirs,
+            "libraries": libraries,
             "link": ["-fopenmp"] if "-fopenmp" in cxx_flags else []}
     (work / "spec.json").write_text(json.dumps(spec, indent=2))
     for old in lib_dir.glob(f"{name}*.so"):
