@@ -60,10 +60,21 @@ def ltx_build():
 
 
 @pytest.fixture(scope="session")
-def ltx(ltx_build):
-    """The ltx_kernels module of this checkout's build, loaded the way users load it."""
+def ltx(request):
+    """The ltx_kernels module of this checkout's build, loaded the way users load it.
+
+    With HUBKERNELS_TEST_PUBLISHED_BUILD=1 (the GPU run of variants built on a CPU machine) nothing is compiled:
+    build/ as it came is published to the session hub and loaded back with `get_kernel`."""
     import hubkernels
 
+    if os.environ.get("HUBKERNELS_TEST_PUBLISHED_BUILD"):
+        from ltx_tiny import publish_ltx
+
+        request.getfixturevalue("hub")
+        variants = sorted((ROOT / "build").glob("torch-*"))
+        assert variants, "HUBKERNELS_TEST_PUBLISHED_BUILD: build/ holds no variant"
+        return hubkernels.get_kernel(publish_ltx(variants[0]), version=1)
+    request.getfixturevalue("ltx_build")
     return hubkernels.get_local_kernel(ROOT)
 
 
