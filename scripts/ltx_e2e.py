@@ -32,8 +32,12 @@ def main() -> None:
     ap.add_argument("--per-token", action="store_true", help="per-token timesteps (LTXConditionPipeline)")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="also time both compile modes with mode='reduce-overhead' (CUDA graphs)")
+    ap.add_argument("--repo", help="load the kernel from this Hub repo (get_kernel, v1) instead of build/")
     args = ap.parse_args()
-    kernel = hubkernels.get_local_kernel(Path(__file__).resolve().parent.parent, backend="cuda")
+    if args.repo:
+        kernel = hubkernels.get_kernel(args.repo, version=1)
+    else:
+        kernel = hubkernels.get_local_kernel(Path(__file__).resolve().parent.parent, backend="cuda")
     result = time_ltx_forward(LTX_2B, batch=2, tokens_shape=(16, 16, 24), dtype=torch.bfloat16, device="cuda",
                               modes=args.modes, kernel=kernel, iters=args.iters, warmup=args.warmup,
                               per_token_timesteps=args.per_token)
