@@ -32,7 +32,7 @@ _EXPORTS = {
     # Every error class (the rule is in hubkernels/errors.py).
     **{name: "hubkernels.errors" for name in (
         "HubkernelsError", "BuildError", "VariantNotFoundError", "DigestError", "KernelLoadError", "UsageError",
-        "MetadataError")},
+        "MetadataError", "VariantImportError")},
     "KernelDependencyError": "hubkernels.kernel_deps",
     "CompileError": "hubkernels.build",
     "ScaffoldError": "hubkernels.scaffold",

@@ -31,6 +31,15 @@ class KernelLoadError(HubkernelsError, ImportError):
     """A variant was found but could not be imported."""
 
 
+class VariantImportError(KernelLoadError):
+    """A variant's native module does not load on this machine (a missing symbol, library or symbol version)."""
+
+    def __init__(self, message: str, *, variant: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.variant = variant
+        self.reason = reason
+
+
 class UsageError(HubkernelsError, ValueError):
     """An argument the library could only judge at run time (say, a backend this machine lacks)."""
 

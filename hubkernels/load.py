@@ -12,6 +12,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import mmap
+import re
 import sys
 import threading
 import warnings
@@ -22,7 +23,7 @@ from pathlib import Path
 from types import CodeType, ModuleType
 
 from . import digest as _digest
-from .errors import KernelLoadError
+from .errors import KernelLoadError, VariantImportError
 from .kernel_deps import providing
 from .layout import variant_dirs  # noqa: F401  (re-exported: where a local kernel's variants live)
 from .metadata import Metadata
@@ -238,8 +239,32 @@ def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: V
         _finder.packages.pop(metadata.id, None)
         if not isinstance(e, Exception):
             raise
+        reason = _native_load_failure(e)
+        if reason is not None:
+            raise VariantImportError(f"{metadata.name} variant {variant_dir.name} does not load on this machine: "
+                                     f"{reason}", variant=variant_dir.name, reason=reason) from e
         raise KernelLoadError(f"importing {metadata.name} from {variant_dir} failed: {e}") from e
     return module
+
+
+_DLOPEN_FAILURES = (
+    (re.compile(r"([^\s:]+\.so[^\s:]*): undefined symbol: (\S+)"), "{1} calls {2}, which nothing loaded exports"),
+    (re.compile(r"([^\s:]+\.so[^\s:]*): cannot open shared object file"), "{1} is not installed"),
+    (re.compile(r"version `([^']+)' not found \(required by ([^)]+)\)"), "{2} needs {1}, which this system lacks"),
+)
+
+
+def _native_load_failure(error: BaseException) -> str | None:
+    """One line on why the dynamic linker refused a variant's module, or None for any other import failure."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (ImportError, OSError)):
+            for pattern, text in _DLOPEN_FAILURES:
+                m = pattern.search(str(seen))
+                if m:
+                    return text.format(m.group(0), *(Path(g).name for g in m.groups()))
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class _VerifiedSourceLoader(importlib.machinery.SourceFileLoader):

@@ -28,7 +28,7 @@ from types import ModuleType
 
 from .. import digest as _digest
 from .. import settings
-from ..errors import DigestError, UsageError, VariantNotFoundError
+from ..errors import DigestError, UsageError, VariantImportError, VariantNotFoundError
 from ..layout import check_repo_id, ships
 from ..load import Verified
 from ..metadata import Metadata
@@ -88,6 +88,8 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
     `trust_remote_code=True`, a list of trusted organizations, or HUBKERNELS_TRUSTED_ORGS. `lockfile=` loads the
     commit recorded by `hubkernels lock` and checks the variant against it. The kernels it `kernel-depends` on
     load first. `build=True` (or HUBKERNELS_BUILD=auto) builds the published source here when no variant fits.
+    A variant whose native module does not load here (a symbol this torch lacks) is logged in one line and the next
+    one that fits is taken; when none is left, `VariantImportError` says which symbol and how to build instead.
     """
     if lockfile is not None:
         if version is not None or revision is not None:
@@ -102,10 +104,28 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
 
         logger.info("%s: loading the local build at %s (LOCAL_KERNELS)", repo_id, local)
         return get_local_kernel(local, backend, trust_remote_code=trust_remote_code)
-    installed = install(repo_id, version=version, revision=revision, backend=backend,
-                        trust_remote_code=trust_remote_code, force_download=force_download, cache_dir=cache_dir,
-                        build=build)
-    return import_installed(installed)
+    failed: dict[str, str] = {}  # variant -> why it does not load here
+    while True:
+        try:
+            installed = install(repo_id, version=version, revision=revision, backend=backend,
+                                trust_remote_code=trust_remote_code, force_download=force_download,
+                                cache_dir=cache_dir, build=build, exclude=frozenset(failed))
+        except VariantNotFoundError as e:
+            if not failed:
+                raise
+            raise VariantImportError(
+                f"{repo_id}: no variant loads on this machine ("
+                + "; ".join(f"{v}: {why}" for v, why in failed.items())
+                + "). Build it here from its published source with build=True (or HUBKERNELS_BUILD=auto), or ask "
+                "the publisher to rebuild: `hubkernels build` checks every symbol against each torch it admits.",
+                variant=next(iter(failed)), reason=next(iter(failed.values()))) from e
+        try:
+            return import_installed(installed)
+        except VariantImportError as e:
+            if installed.variant in failed:  # a build from source that does not load either
+                raise
+            failed[installed.variant] = e.reason
+            logger.warning("%s: %s; trying the next variant that fits this machine", repo_id, e)
 
 
 def install_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None,
@@ -145,10 +165,11 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
             trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
             cache_dir: str | Path | None = None, locked: Mapping[str, str] | None = None,
             max_age: float | None = None, pins: Mapping[str, str] | None = None, dependencies: bool = True,
-            build: bool | None = None) -> Installed:
+            build: bool | None = None, exclude: frozenset[str] = frozenset()) -> Installed:
     """Resolve, trust-check, choose, download and verify one variant, then its kernel dependencies.
 
-    `locked`: {variant: metadata sha256}; `pins`: {repo_id: commit} for dependencies (both from a lock file).
+    `locked`: {variant: metadata sha256}; `pins`: {repo_id: commit} for dependencies (both from a lock file);
+    `exclude`: variants already found not to load here (the next acceptable one is taken, or the source built).
     """
     _check_repo_id(repo_id)
     offline = settings.offline()
@@ -160,7 +181,7 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         trusted_by = _check_trust(state, remote, ref, trust_remote_code)
         tree = _tree(state, remote, ref.commit)
         names = sorted(locked) if locked is not None else _variant_names(state, ref.commit, tree)
-        resolution = resolve(names, None, backend)
+        resolution = resolve([n for n in names if n not in exclude], None, backend)
         if resolution.chosen is not None or not ref.cached or offline or attempt:
             break
         # the commit the local index named has nothing for this machine: the name may have moved since
