@@ -102,7 +102,7 @@ def test_a_cuda_call_without_libtorch_cuda_in_dt_needed_fails_the_build(tmp_path
 def test_a_stable_cuda_variant_built_with_a_cpu_torch_links_libtorch_cuda_and_loads_on_every_torch(tmp_path):
     kernel = _probe_kernel(tmp_path, backend="cuda", call="aoti_torch_get_current_cuda_stream(0, 0)",
                            declare='extern "C" int aoti_torch_get_current_cuda_stream(int, void**);')
-    result = build(kernel, quiet=True)
+    result = build(kernel, backend="cuda", quiet=True)
     assert result.variant.kind == "stable-abi" and result.variant.backend == "cuda"
     (so,) = result.path.glob("*.abi3.so")
     assert "libtorch_cuda.so" in read_elf(so).needed
@@ -137,3 +137,14 @@ def test_a_libstdcxx_symbol_newer_than_manylinux_2_28_is_named_with_its_version(
     problems = load_problems(so, STABLE_CPU, shipped_tables())
     assert any("at GLIBCXX_3.4.29 from libstdc++.so.6, newer than manylinux_2_28 guarantees (GLIBCXX_3.4.24)" in p
                for p in problems), problems
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit) to compile ltx-kernels' CUDA")
+def test_ltx_kernels_cu130_variant_built_on_this_cpu_machine_loads_on_every_torch_it_admits(tmp_path):
+    result = build(Path(__file__).resolve().parent.parent, backend="cuda", out_dir=tmp_path, quiet=True)
+    assert result.variant.kind == "stable-abi" and result.variant.backend == "cuda"
+    (so,) = result.path.glob("*.abi3.so")
+    assert {"libtorch_cuda.so", "libcudart.so.13"} <= set(read_elf(so).needed)
+    assert [t.minor for t in admitted_tables(result.variant)][-1] == NEWEST
+    assert variant_load_problems(result.path) == []
