@@ -106,7 +106,9 @@ def cuda_home(version: str, *, say: Say = print) -> Path:
     if int(version.split(".")[0]) < 13:
         raise ToolchainUnavailable(
             f"CUDA {version}: no local toolkit of that version, and the package index's nvidia-cuda-nvcc-cu12 wheels "
-            "carry only ptxas (no nvcc). Install the CUDA " + version + " toolkit and point CUDA_HOME at it.")
+            "(12.0-12.9) carry only ptxas and libnvvm (no nvcc, cicc, cudafe++, fatbinary or nvlink), while CUDA "
+            "13's nvcc emits PTX a CUDA 12 ptxas cannot read and links libcudart.so.13. Install the CUDA "
+            + version + " toolkit and point CUDA_HOME at it.")
     root = settings.toolchain_dir() / f"cuda{version}"
 
     def make() -> None:
