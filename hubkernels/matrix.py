@@ -1,9 +1,10 @@
 """`hubkernels build --matrix`: every variant build.toml allows, each in its own isolated toolchain.
 
-The default set is what kernel-builder publishes: torch 2.12 and 2.13, CPU and CUDA 12.6 / 13.0 / 13.2, plus
-the torch stable-ABI variants of backends that ask for them (one per backend and CUDA version, built with the
-newest torch). Each variant is built by `python -m hubkernels build` running in its toolchain
-(`hubkernels.toolchain`); one failing variant does not stop the others, and the run ends with a table.
+The default set is what kernel-builder publishes (torch 2.12 and 2.13, CPU and CUDA 12.6 / 13.0 / 13.2) and every
+newer torch the package index serves (2.14, 2.15), plus the torch stable-ABI variants of backends that ask for them
+(one per backend and CUDA version, built with the newest torch). Each variant is built by
+`python -m hubkernels build` running in its toolchain (`hubkernels.toolchain`); one failing variant does not stop
+the others, and the run ends with a table.
 A variant whose inputs (build.toml, sources, package files, builder, toolchain) are unchanged since its last
 build is reported up to date without starting a toolchain, so a re-run with nothing changed takes seconds.
 """
@@ -28,8 +29,9 @@ from .toolchain import ToolchainError, ToolchainUnavailable, toolchain
 
 __all__ = ["DEFAULT_TORCH", "DEFAULT_CUDA", "Job", "Outcome", "plan", "run_matrix", "format_table"]
 
-#: The torch and CUDA versions kernel-builder publishes builds for today.
-DEFAULT_TORCH = ("2.12", "2.13")
+#: The torch releases kernel-builder publishes builds for today, then every newer one the package index serves (the
+#: load check's symbol tables, `build.symbols`, reach the newest); the CUDA versions kernel-builder builds.
+DEFAULT_TORCH = ("2.12", "2.13", "2.14", "2.15")
 DEFAULT_CUDA = ("12.6", "13.0", "13.2")
 
 Say = Callable[[str], None]
