@@ -68,6 +68,17 @@ def test_a_version_outside_the_bounds_or_malformed_is_a_one_line_usage_error(tmp
     assert result.returncode == 2 and "major.minor" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
+def test_a_stable_cuda_variant_takes_the_toolkits_cuda_version_not_the_building_torchs():
+    from hubkernels.build.toolchain import cuda_home as build_cuda_home, nvcc_version, variant_for
+    from hubkernels.system import System
+
+    nvcc = nvcc_version(build_cuda_home())
+    torch_cu132 = System(torch_version=(2, 15), backend="cuda", backend_version=(13, 2), cpu="x86_64", os="linux")
+    variant = variant_for(torch_cu132, "cuda", (2, 10))  # the newest torch of the index is a CUDA 13.2 build
+    assert str(variant) == f"torch-stable-abi210-cu{nvcc[0]}{nvcc[1]}-x86_64-linux"
+
+
 def test_cuda_12_from_the_index_is_reported_unavailable_with_what_to_do(monkeypatch: pytest.MonkeyPatch,
                                                                          tmp_path: Path):
     monkeypatch.setenv("HUBKERNELS_TOOLCHAINS", str(tmp_path))

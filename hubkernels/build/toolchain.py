@@ -69,9 +69,9 @@ def stable_abi(config: BuildConfig, backend: str, system: System) -> tuple[int, 
 
 def variant_for(system: System, backend: str, target: tuple[int, int] | None) -> Variant:
     """The variant a compiled build of `backend` on this system produces (stable-ABI when `target` is set)."""
-    if target is not None and backend == "cuda" and system.backend != "cuda":
-        # a stable-ABI binary needs torch's stable headers only, so a CPU torch and any nvcc build it; its CUDA
-        # version is the toolkit's
+    if target is not None and backend == "cuda":
+        # a stable-ABI binary needs torch's stable headers only, so any torch (a CPU one too) and any nvcc build it;
+        # it links the toolkit's CUDA runtime, so its CUDA version is the toolkit's, not the building torch's
         home = cuda_home()
         if home is None:
             raise BuildError("no CUDA toolkit found for the stable-ABI CUDA build (nvcc is not on PATH and CUDA_HOME "
