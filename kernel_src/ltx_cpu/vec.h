@@ -211,25 +211,31 @@ LTX_INLINE float sum_lanes(f32x16 v) {
 // The sum of squares of chunk(i, n) over a row of `dim` elements, chunk giving the 16 lanes from i
 // (n < 16: a partial chunk, zero-padded): four independent accumulators, always in the same order,
 // so every op that normalises a row gets the same bits for it.
-template <typename Chunk>
-LTX_INLINE float sum_squares(int64_t dim, Chunk chunk) {
-  f32x16 acc[4] = {};
+// The accumulators are held as register-sized pieces of the ISA (lane for lane the same sums): a
+// loop-carried f32x16 wider than the registers stayed in memory on AVX2, copied through general
+// registers every step (8 vpinsrq per 16 elements).
+template <typename Isa, typename Chunk>
+LTX_INLINE float sum_squares(Isa isa, int64_t dim, Chunk chunk) {
+  constexpr int kBytes = register_bytes(isa);
+  constexpr int kPieces = int(sizeof(f32x16)) / kBytes;
+  typedef float Piece __attribute__((vector_size(kBytes)));
+  Piece acc[4][kPieces] = {};
+  const auto add = [&](int j, f32x16 v) LTX_ALWAYS_INLINE {
+    Piece p[kPieces];
+    std::memcpy(p, &v, sizeof v);
+    for (int k = 0; k < kPieces; ++k) acc[j][k] += p[k] * p[k];
+  };
   int64_t i = 0;
   for (; i + 4 * kLanes <= dim; i += 4 * kLanes) {
-    for (int j = 0; j < 4; ++j) {
-      const f32x16 v = chunk(i + j * kLanes, kLanes);
-      acc[j] += v * v;
-    }
+    for (int j = 0; j < 4; ++j) add(j, chunk(i + j * kLanes, kLanes));
   }
-  for (; i + kLanes <= dim; i += kLanes) {
-    const f32x16 v = chunk(i, kLanes);
-    acc[0] += v * v;
-  }
-  if (i < dim) {
-    const f32x16 v = chunk(i, dim - i);
-    acc[1] += v * v;
-  }
-  return sum_lanes((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  for (; i + kLanes <= dim; i += kLanes) add(0, chunk(i, kLanes));
+  if (i < dim) add(1, chunk(i, dim - i));
+  Piece total[kPieces];
+  for (int k = 0; k < kPieces; ++k) total[k] = (acc[0][k] + acc[1][k]) + (acc[2][k] + acc[3][k]);
+  f32x16 lanes;
+  std::memcpy(&lanes, total, sizeof lanes);
+  return sum_lanes(lanes);
 }
 
 LTX_INLINE float inv_rms_of(float sum_of_squares, int64_t dim, double eps) {
@@ -244,7 +250,7 @@ LTX_INLINE acc_t<T> inv_rms(Isa isa, const T* x, int64_t dim, double eps) {
     for (int64_t i = 0; i < dim; ++i) sum += x[i] * x[i];
     return 1.0 / std::sqrt(sum / double(dim) + eps);
   } else {
-    return inv_rms_of(sum_squares(dim, [&](int64_t i, int64_t n) LTX_ALWAYS_INLINE {
+    return inv_rms_of(sum_squares(isa, dim, [&](int64_t i, int64_t n) LTX_ALWAYS_INLINE {
                         return n == kLanes ? load16(isa, x + i) : load_part(isa, x + i, n);
                       }),
                       dim, eps);
@@ -259,7 +265,7 @@ LTX_INLINE acc_t<T> map_row_inv_rms(Isa isa, T* out, int64_t n, double eps, Fn f
     map_row(isa, false, out, n, fn, in...);
     return inv_rms(isa, out, n, eps);
   } else {
-    return inv_rms_of(sum_squares(n, [&](int64_t i, int64_t k) LTX_ALWAYS_INLINE {
+    return inv_rms_of(sum_squares(isa, n, [&](int64_t i, int64_t k) LTX_ALWAYS_INLINE {
                         if (k == kLanes) {
                           store16(isa, out + i, fn(load16(isa, in + i)...));
                           return load16(isa, out + i);  // the rounded values, forwarded from the store
