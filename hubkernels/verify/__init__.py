@@ -6,7 +6,8 @@ build (kernel-abi-check), the kernel's own tests (pytest on tests/ with LOCAL_KE
 `torch.compile(fullgraph=True)` through every declared op, vectorisation of each ISA clone of the CPU code (counted
 per clone from the disassembly, never as a total), and the time of every op beside eager and `torch.compile` of
 its own formula on the shapes `benchmarks/benchmark*.py` declares. An op slower than `torch.compile` of its formula
-fails. Exit status: 0 shippable, 1 not, 2 usage error.
+fails, and the failure says where to look: the instruction mix of the compilation this CPU runs against Inductor's
+kernel for the formula, and the likely cause with the skill's fix. Exit status: 0 shippable, 1 not, 2 usage error.
 """
 
 from __future__ import annotations
@@ -103,8 +104,13 @@ def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | N
     if "vector" not in skip:
         add(_vector.check_vectorised(cpu.path, [k.name for k in config.kernels_for("cpu")]))
     if "speed" not in skip:
-        add(_ops.check_speed(kernel, benches, dtypes=tuple(dtypes), threads=threads, tolerance=tolerance,
-                             iters=iters, ops=ops, shape=shape))
+        from . import _diagnose
+
+        namespaces = [k.name for k in config.kernels_for("cpu")]
+        add(_diagnose.explain(c, cpu.path, namespaces, [c.subject.split()[0], c.data.get("kernel_op", "")])
+            if c.status == "fail" else c
+            for c in _ops.check_speed(kernel, benches, dtypes=tuple(dtypes), threads=threads, tolerance=tolerance,
+                                      iters=iters, ops=ops, shape=shape))
     return verdict
 
 

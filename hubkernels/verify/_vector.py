@@ -8,13 +8,15 @@ a `target` attribute, whose ISA is read from its instructions (zmm or mask regis
 judged at its ISA's width whether or not this CPU runs it: packed floating-point arithmetic on zmm for x86-64-v4 /
 AVX-512, ymm for x86-64-v3 / AVX2, xmm for the baseline. Scalar compares (`vucomiss`), lane extracts and inserts
 (`vpextrd`, `vextractps`) and integer selects (`cmov`) are lane-by-lane work, counted as scalar: a compilation fails
-when it has no packed arithmetic at its width, more lane-by-lane instructions than packed ones, or a vector
-compare's worth of scalar compares (LANEWISE_COMPARES).
+when it has no packed arithmetic at its width, or when its hottest loop (the backward branch over the most packed
+work; scalar tails stay outside it) holds more lane-by-lane instructions than packed ones, or a vector compare's
+worth of scalar compares (LANEWISE_COMPARES).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -60,12 +62,17 @@ class Mix:
     divides: int = 0  # packed divisions
     gathers: int = 0
     calls: int = 0
-    stored_bits: int = 0  # bits of vector registers stored to memory (the loop's output per iteration)
+    stored_bits: int = 0  # bits of vector registers stored to memory, not the stack (the loop's output)
     counts: dict[str, int] = field(default_factory=dict)  # {mnemonic: n} of the lane-by-lane ones
 
     @property
     def lanewise(self) -> int:
         return self.compares + self.extracts + self.selects
+
+    @property
+    def packed_bits(self) -> int:
+        """The packed work, weighted by register width (a zmm op does four xmm ops' work)."""
+        return sum(w * n for w, n in self.packed.items())
 
     @property
     def widest(self) -> int:
@@ -88,8 +95,8 @@ class Mix:
             self.gathers += 1
         if mnemonic.startswith("call"):
             self.calls += 1
-        if regs and operands.rstrip().endswith(")") and (mnemonic.startswith(("vmov", "mov")) or
-                                                         _NARROWING_STORE.fullmatch(mnemonic)):
+        to_memory = re.search(r"\((?!%rsp|%rbp)[^)]*\)$", operands.rstrip())  # not a spill to the stack
+        if regs and to_memory and (mnemonic.startswith(("vmov", "mov")) or _NARROWING_STORE.fullmatch(mnemonic)):
             bits = _WIDTH[regs[0]] // (2 if _NARROWING_STORE.fullmatch(mnemonic) else 1)
             self.stored_bits += bits
 
@@ -151,9 +158,12 @@ def judge(c: Compilation) -> Check:
     if at_width == 0:
         return Check("vector", c.symbol, "fail", f"scalar code: {summary}; see the skill's CPU guide "
                                                  "(-fno-trapping-math, conversions)", data)
-    if mix.lanewise > at_width or mix.compares >= LANEWISE_COMPARES:
+    loop = c.loop or mix
+    loop_at_width = sum(n for w, n in loop.packed.items() if w >= need)
+    if loop.lanewise > loop_at_width or loop.compares >= LANEWISE_COMPARES:
         return Check("vector", c.symbol, "fail",
-                     f"lane by lane: {mix.top(3)} against {at_width} packed fp ops at {need}-bit; compares and "
+                     f"lane by lane: its hottest loop has {loop.top(3)} against {loop_at_width} packed fp ops at "
+                     f"{need}-bit ({mix.top(3)} in all); compares and "
                      "selects of vectors wider than the ISA's registers are lowered one lane at a time: compare "
                      "at the ISA's width (the skill's CPU guide, 'Compares at the ISA's width')", data)
     return Check("vector", c.symbol, "pass", summary, data)
@@ -162,10 +172,13 @@ def judge(c: Compilation) -> Check:
 def compilations(so: Path, namespaces: Sequence[str], objdump: str = "objdump") -> list[Compilation]:
     """Every compilation of a function of `namespaces` in `so`, with its mix and whether this CPU runs it."""
     out: list[Compilation] = []
+    seen: dict[str, list[tuple[int, str, str]]] = {}
     for symbol, lines in _functions(so, objdump):
         name = _short(symbol, namespaces)
         if name is None:
             continue
+        seen[name] = max(seen.get(name, []), lines, key=len)  # an alias (a PLT stub, a local symbol): the longer
+    for name, lines in seen.items():
         mix = Mix()
         for _, mnemonic, operands in lines:
             mix.add(mnemonic, operands)
@@ -185,14 +198,19 @@ def clone_counts(so: Path, namespaces: Sequence[str],
 
 
 def module_mix(so: Path, symbol: str, objdump: str = "objdump") -> Compilation | None:
-    """One function of any module (Inductor's `kernel`, say) read like the kernel's own compilations."""
+    """A function of any module (Inductor's `kernel`, say) read like the kernel's own compilations: of it and the
+    parts outlined from it (`kernel._omp_fn.0`, an OpenMP region), the one whose hottest loop does the most."""
+    best: Compilation | None = None
     for name, lines in _functions(so, objdump):
-        if name == symbol:
-            mix = Mix()
-            for _, mnemonic, operands in lines:
-                mix.add(mnemonic, operands)
-            return Compilation(name, instruction_width(lines), "instructions", mix, hottest_loop(lines), True)
-    return None
+        if name != symbol and not re.fullmatch(rf"{re.escape(symbol)}\._omp_fn\.\d+", name):
+            continue
+        mix = Mix()
+        for _, mnemonic, operands in lines:
+            mix.add(mnemonic, operands)
+        c = Compilation(name, instruction_width(lines), "instructions", mix, hottest_loop(lines), True)
+        if c.loop is not None and (best is None or best.loop is None or c.loop.packed_bits > best.loop.packed_bits):
+            best = c
+    return best
 
 
 def _functions(so: Path, objdump: str) -> list[tuple[str, list[tuple[int, str, str]]]]:
@@ -212,25 +230,27 @@ def _functions(so: Path, objdump: str) -> list[tuple[str, list[tuple[int, str, s
 
 
 def hottest_loop(lines: Sequence[tuple[int, str, str]]) -> Mix | None:
-    """The mix of the loop (a backward branch and the code it jumps over) with the most packed fp work."""
+    """The mix of the innermost loop (a backward branch and the code it jumps over) with the most packed fp work."""
     if not lines:
         return None
     start = lines[0][0]
-    best: Mix | None = None
+    loops = []  # (first address, backward branch address)
     for addr, mnemonic, operands in lines:
-        if not mnemonic.startswith("j"):
-            continue
-        target = re.match(r"([0-9a-f]+)\b", operands)
-        if not target or not start <= int(target.group(1), 16) < addr:
-            continue
+        # a conditional backward branch: an unconditional one is as often a jump into shared tail code
+        target = re.match(r"([0-9a-f]+)\b", operands) if mnemonic.startswith("j") and mnemonic != "jmp" else None
+        if target and start <= int(target.group(1), 16) < addr:
+            loops.append((int(target.group(1), 16), addr))
+    # innermost loops only: an outer loop (over rows, say) would count its scalar tails as loop work
+    inner = [(lo, hi) for lo, hi in loops if not any(lo <= a < hi for a, _ in loops if (a, _) != (lo, hi))
+             and not any(lo <= b < hi for _, b in loops if b != hi)]
+    best: Mix | None = None
+    for lo, addr in inner:
         body = Mix()
-        lo = int(target.group(1), 16)
         for a, m, o in lines:
             if lo <= a <= addr:
                 body.add(m, o)
-        if best is None or (sum(body.packed.values()), body.stored_bits > 0) > (sum(best.packed.values()),
-                                                                                 best.stored_bits > 0):
-            best = body
+        if best is None or (body.packed_bits, -body.calls) > (best.packed_bits, -best.calls):
+            best = body  # on a tie, the loop without calls (a partial chunk's memcpy is not the main loop)
     return best
 
 
@@ -272,14 +292,22 @@ def _cpu_flags() -> frozenset[str]:
     return frozenset(m.group(1).split()) if m else frozenset()
 
 
+#: torch's own cap on the ISA of ATen and Inductor; verify's "runs on this CPU" follows it too, so that
+#: `ATEN_CPU_CAPABILITY=avx2` (with the kernel's own cap, e.g. ltx-kernels' LTX_CPU_ISA=avx2) models an AVX2 CPU.
+_ATEN_CAP = {"avx512": 512, "avx2": 256, "default": 128}
+
+
 def cpu_width() -> int:
-    """The widest vector ISA level this CPU runs: 512 (x86-64-v4), 256 (x86-64-v3) or 128."""
+    """The widest vector ISA level this CPU runs: 512 (x86-64-v4), 256 (x86-64-v3) or 128; at most what
+    ATEN_CPU_CAPABILITY allows."""
     flags = _cpu_flags()
     if {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"} <= flags:
-        return 512
-    if {"avx2", "fma", "f16c", "bmi2"} <= flags:
-        return 256
-    return 128
+        width = 512
+    elif {"avx2", "fma", "f16c", "bmi2"} <= flags:
+        width = 256
+    else:
+        width = 128
+    return min(width, _ATEN_CAP.get(os.environ.get("ATEN_CPU_CAPABILITY", "").lower(), 512))
 
 
 def cpu_has_avx512bf16() -> bool:
