@@ -147,6 +147,39 @@ def test_cuda_is_compiled_or_skipped_with_the_reason(demo):
     assert len(cuda) == 1 and cuda[0]["status"] in ("pass", "skip")
     if cuda[0]["status"] == "skip":
         assert "CUDA" in cuda[0]["detail"] or "nvcc" in cuda[0]["detail"]
+        assert "run verify again" in cuda[0]["detail"], "the skip says how to verify the backend"
+        assert report["unverified"] == ["cuda"]
+    else:
+        assert report["unverified"] == []
+
+
+def test_a_backend_not_built_here_is_named_in_the_verdict_not_called_shippable():
+    """build.toml lists cuda; a machine without a CUDA torch skips it: the kernel is shippable on cpu only, and the
+    verdict says which backend is unverified and how to verify it."""
+    from hubkernels.verify import Check, Verdict, format_table
+
+    skipped = Check("build", "cuda", "skip", "torch 2.13.0+cpu here has no CUDA; ... and run verify again")
+    verdict = Verdict("k", [Check("build", "cpu", "pass", "torch-cpu"), skipped])
+    last = format_table(verdict).splitlines()[-1]
+    assert verdict.ok and last.startswith("shippable on cpu only, not yet as build.toml lists it"), last
+    assert "cuda unverified (torch 2.13.0+cpu here has no CUDA" in last and "shippable:" not in last
+    built = Verdict("k", [Check("build", "cpu", "pass", "torch-cpu"), Check("build", "cuda", "pass", "torch-cu128")])
+    assert format_table(built).splitlines()[-1].startswith("shippable: every check passed")
+
+
+def test_verify_writes_each_finding_once_into_one_log(ltx, tmp_path):
+    """`hubkernels verify > log 2>&1`: the progress lines (stderr) hold the findings, the table (stdout) adds only
+    the verdict, so each finding is in the log once."""
+    log = tmp_path / "verify.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with log.open("w") as out:
+        done = subprocess.run([sys.executable, "-m", "hubkernels", "verify", str(ROOT), "--skip",
+                               "build,tests,abi,compile,vector,speed"], stdout=out, stderr=subprocess.STDOUT,
+                              env=env, timeout=900)
+    text = log.read_text()
+    assert done.returncode == 0, text[-2000:]
+    assert len(re.findall(r"(?m)^PASS  build    cpu ", text)) == 1, text[-2000:]
+    assert text.rstrip().splitlines()[-1].startswith("shippable on cpu only"), text[-2000:]
 
 
 # rms_norm as the skill used to teach it: fp16 converted element by element inside the arithmetic loops.
@@ -234,11 +267,11 @@ def planted(demo) -> list[str]:
 def test_verify_names_a_lane_by_lane_compare_with_its_counts_and_judges_an_anonymous_loop(planted):
     """What runs is judged wherever it lives: the AVX2 clamp fails with the scalar compares GCC made of it, and the
     row loop of an anonymous namespace is read at AVX2's width (its ISA known from its instructions)."""
-    clamp = [ln for ln in planted if " vector " in ln and "demo_kernel_cpu::clamp_rows" in ln]
+    clamp = [ln for ln in planted if ln.startswith(("FAIL", "PASS")) and " vector " in ln and "::clamp_rows" in ln]
     assert len(clamp) == 1 and clamp[0].startswith("FAIL") and "lane by lane" in clamp[0], planted
     assert re.search(r"\b1[0-9] v?(u?comiss|cmpn?\w*ss)\b", clamp[0]), clamp[0]
     assert "256-bit" in clamp[0]
-    loop = [ln for ln in planted if " vector " in ln and "(anonymous namespace)::scale_rows" in ln]
+    loop = [ln for ln in planted if ln.startswith(("FAIL", "PASS")) and "(anonymous namespace)::scale_rows" in ln]
     assert len(loop) == 1 and loop[0].startswith("PASS") and "at 256-bit" in loop[0], planted
     assert "ISA read from its instructions" in loop[0]
 
@@ -249,6 +282,7 @@ def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reaso
     speed_fail = [ln for ln in lines if ln.startswith("FAIL") and " speed " in ln]
     assert compile_fail and "rms_norm" in compile_fail[0] and "torch.compile(fullgraph=True) breaks" in compile_fail[0]
     assert speed_fail and "rms_norm fp16" in speed_fail[0] and "slower than torch.compile" in speed_fail[0], lines
+    assert "where to look: demo_kernel_cpu::rms_norm [" in speed_fail[0] and "Inductor's kernel:" in speed_fail[0]
     assert lines[-1].startswith("not shippable")
 
 
