@@ -314,3 +314,15 @@ def test_template_publishes_and_loads_back_from_a_hub(hub, kernel_dir, built):
     expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
     torch.testing.assert_close(loaded.rms_norm(x), expected)
     assert "rms_norm" in loaded.__all__ and hasattr(loaded.layers, "RMSNorm")
+
+
+def test_the_cpu_guide_has_every_section_verify_points_to():
+    """A speed failure names the section of the CPU guide with the fix; each must be there to be read."""
+    from hubkernels.skill_cli import skill_dir
+    from hubkernels.verify._diagnose import SECTIONS
+
+    guide = (skill_dir() / "references/cpu-translation.md").read_text(encoding="utf-8")
+    headings = re.findall(r"(?m)^#+ (.+)$|^- \*\*(\w+)", guide)
+    found = {h or b for h, b in headings}
+    for section in SECTIONS.values():
+        assert any(section in h for h in found), f"the CPU guide lost its {section!r} section"

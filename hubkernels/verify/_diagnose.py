@@ -20,6 +20,9 @@ _TYPES = {"fp32": ("float",), "bf16": ("BFloat16", "bfloat16", "bf16"), "fp16": 
 _FIGURES = (("divides", "vdivps"), ("compares", "scalar compares"), ("extracts", "lane extracts"),
             ("gathers", "gathers"), ("calls", "calls"))
 GUIDE = "the skill's CPU guide (references/cpu-translation.md)"
+#: The guide's headings (or bullet) each cause points to; tests/test_skill.py checks they exist.
+SECTIONS = {"division": "One division per element", "lanes": "Compares at the ISA's width", "clones": "ISA clones",
+            "memory": "Memory"}
 
 
 def per16(loop: _vector.Mix, dtype: str) -> dict[str, float]:
@@ -62,14 +65,14 @@ def causes(ours: dict[str, float], theirs: dict[str, float]) -> list[str]:
     if ours["divides"] > theirs["divides"]:
         out.append(f"{ours['divides']:g} vdivps per 16 elements against Inductor's {theirs['divides']:g}: "
                    "a select or clamp applied to a quotient makes GCC divide for each side; clamp the operand "
-                   f"before the division and divide once ({GUIDE}, 'One division per element')")
+                   f"before the division and divide once ({GUIDE}, '{SECTIONS['division']}')")
     if ours["compares"] + ours["extracts"] > theirs["compares"] + theirs["extracts"]:
         out.append(f"{ours['compares']:g} scalar compares and {ours['extracts']:g} lane extracts per 16 elements "
                    f"against Inductor's {theirs['compares']:g} and {theirs['extracts']:g}: a vector compare or select "
-                   f"lowered lane by lane; compare at the ISA's width ({GUIDE}, 'Compares at the ISA's width')")
+                   f"lowered lane by lane; compare at the ISA's width ({GUIDE}, '{SECTIONS['lanes']}')")
     if ours["width"] < theirs["width"]:
         out.append(f"{ours['width']}-bit vectors against Inductor's {theirs['width']}-bit: add a compilation for this "
-                   f"CPU's ISA (target_clones or a per-ISA runner, {GUIDE}, 'ISA clones')")
+                   f"CPU's ISA (target_clones or a per-ISA runner, {GUIDE}, '{SECTIONS['clones']}')")
     if ours["calls"] > theirs["calls"]:
         out.append(f"{ours['calls']:g} calls per 16 elements in the loop against Inductor's {theirs['calls']:g}: a "
                    f"helper or libm function left out of line; force-inline it or write the polynomial ({GUIDE})")
@@ -106,7 +109,8 @@ def explain(check: Check, variant_dir: Path, namespaces: Sequence[str], op_names
     detail = (f"{check.detail}; where to look: {mine.symbol} (runs here), per 16 elements of its hottest loop: "
               f"{figures} at {a['width']}-bit; Inductor's kernel: {theirs_figures} at {b['width']}-bit; "
               + (f"likely: {'; '.join(found)}" if found else
-                 "the mixes match: look at memory (page faults, streaming stores; the guide's 'Memory')"))
+                 "the mixes match: look at memory (page faults, streaming stores; the guide's "
+                 f"'{SECTIONS['memory']}')"))
     data = {**check.data, "where": {"compilation": mine.symbol, "ours_per16": a, "inductor_per16": b,
                                     "causes": found}}
     return Check(check.check, check.subject, check.status, detail, data)
