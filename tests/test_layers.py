@@ -491,22 +491,33 @@ class StackedMLP(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
-def test_a_layer_prepares_each_module_once_and_unkernelize_undoes_it():
+def test_a_layer_prepares_each_module_once_per_kernelize_and_unkernelize_undoes_it():
     torch.manual_seed(0)
     mlp, x = LlamaMLP(), torch.randn(3, 8)
     expected, state = mlp(x), mlp.state_dict()
     PREPARED.clear()
-    with use_kernel_mapping({LayerMatch(LlamaMLP): {"cpu": Repo(StackedMLP)}}):
+    mapping = {LayerMatch(LlamaMLP): {"cpu": Repo(StackedMLP)}}
+    with use_kernel_mapping(mapping):
         kernelize(mlp, mode=Mode.INFERENCE)
-        kernelize(mlp, mode=Mode.INFERENCE)  # again: already prepared for this layer
     assert PREPARED == [mlp] and kernelized_layers(mlp) == {"": StackedMLP}
     torch.testing.assert_close(mlp(x), expected)
+    mlp(x)
+    assert PREPARED == [mlp], "prepare runs at kernelize time, not per forward"
     assert set(mlp.state_dict()) == set(state), "the stack is not saved with the model"
     assert mlp.gate_proj.weight.untyped_storage().data_ptr() == mlp.gate_up_weight.untyped_storage().data_ptr()
     # load_state_dict copies into the projections' weights, which are views of the stack: the stack follows
     other = LlamaMLP()
     mlp.load_state_dict(other.state_dict())
     torch.testing.assert_close(mlp(x), other(x))
+    # assign=True replaces the weights: the stack is stale until kernelize prepares the module again
+    third = LlamaMLP()
+    mlp.load_state_dict(third.state_dict(), assign=True)
+    assert not torch.allclose(mlp(x), third(x))
+    with use_kernel_mapping(mapping):
+        kernelize(mlp, mode=Mode.INFERENCE)
+    assert PREPARED == [mlp, mlp] and len(dict(mlp.named_buffers())) == 1
+    torch.testing.assert_close(mlp(x), third(x))
+    other = third
     kernelize(mlp, mode=Mode.INFERENCE)  # no mapping any more: the original forward, the stack removed
     assert kernelized_layers(mlp) == {} and not hasattr(mlp, "gate_up_weight")
     assert "gate_up_weight" not in dict(mlp.named_buffers())

@@ -191,21 +191,17 @@ def replace_forward(module: "nn.Module", layer: type) -> None:
 
 
 def prepare_module(module: "nn.Module", layer: type) -> None:
-    """Run `layer.prepare(module)` once per module and layer, first undoing another layer's preparation.
+    """Run `layer.prepare(module)`, once per kernelize call, after undoing the previous preparation.
 
-    `prepare` is a kernel layer's optional classmethod for work that should happen once rather than per call,
+    `prepare` is a kernel layer's optional classmethod for work that should happen once rather than per forward,
     such as stacking Llama's `gate_proj` and `up_proj` weights into one matrix. What it adds to the module
     (buffers, parameters, submodules, attributes) is removed again by `restore_forward` (unkernelize, or
-    kernelize picking another layer). It runs on the module as it is: memory it allocates stays allocated while
-    kernelized, and a later `load_state_dict(assign=True)` or `.to()` that replaces the weights leaves what it
-    derived stale until kernelize runs again.
+    kernelize without a mapping for the module). It runs on the module as it is: memory it allocates stays
+    allocated while kernelized, and a later `load_state_dict(assign=True)` or `.to()` that replaces the weights
+    leaves what it derived stale until kernelize runs again (which prepares afresh).
     """
     state = module.__dict__
-    done = state.get(_PREPARED)
-    if done is not None and done[0] is layer:
-        return
-    if done is not None:
-        _unprepare(module)
+    _unprepare(module)
     prepare = getattr(layer, "prepare", None)
     if prepare is None:
         return
