@@ -46,8 +46,9 @@ _DIVIDE = re.compile(r"v?divp[sd]")
 _GATHER = re.compile(r"v?p?gather\w+")
 _NARROWING_STORE = re.compile(r"vpmov[a-z]*(?:dw|wb|qd|qw|db|qb)|v?cvtps2ph|vcvtneps2bf16")
 # `void ns::run_avx512<ns::op(args)::{lambda(auto:1)#1}::operator()<ns::BFloat16>(...) const::{lambda...}>(...)`
-_RUNNER = re.compile(r"(?P<ns>\w+)::run_(?P<isa>avx512bf16|avx512|avx2|baseline)<(?P=ns)::(?P<op>\w+)\(.*?"
-                     r"operator\(\)<(?:(?P=ns)::)?(?P<type>\w+)>")
+# (a runner of a single-type op has no `operator()<T>`: `ns::run_avx2<ns::op(args)::{lambda(auto:1)#1}>(...)`)
+_RUNNER = re.compile(r"(?P<ns>\w+)::run_(?P<isa>avx512bf16|avx512|avx2|baseline)<(?P=ns)::(?P<op>\w+)\("
+                     r"(?:.*?operator\(\)<(?:(?P=ns)::)?(?P<type>\w+)>)?")
 
 
 @dataclass
@@ -336,7 +337,8 @@ def _short(demangled: str, namespaces: Sequence[str]) -> str | None:
         return None  # a piece split off by the optimiser (read with its function), or the ifunc resolver
     runner = _RUNNER.search(demangled)
     if runner and runner.group("ns") in namespaces:
-        return f"{runner.group('ns')}::{runner.group('op')}<{runner.group('type')}> [{runner.group('isa')}]"
+        typed = f"<{runner.group('type')}>" if runner.group("type") else ""
+        return f"{runner.group('ns')}::{runner.group('op')}{typed} [{runner.group('isa')}]"
     if demangled.endswith("@plt") or "::dispatch<" in demangled or "::run_" in demangled:
         return None  # a PLT stub, the dtype switch, or a runner of another shape
     anon = "(anonymous namespace)"
