@@ -18,7 +18,7 @@ _BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
 _TYPES = {"fp32": ("float",), "bf16": ("BFloat16", "bfloat16", "bf16"), "fp16": ("Half", "half", "fp16")}
 #: Per 16 elements: the figures a cause is judged by, and how they print.
 _FIGURES = (("divides", "vdivps"), ("compares", "scalar compares"), ("extracts", "lane extracts"),
-            ("gathers", "gathers"), ("calls", "calls"))
+            ("gathers", "gathers"), ("calls", "calls"), ("stack", "vector stack moves"))
 GUIDE = "the skill's CPU guide (references/cpu-translation.md)"
 #: The guide's headings (or bullet) each cause points to; tests/test_skill.py checks they exist.
 SECTIONS = {"division": "One division per element", "lanes": "Compares at the ISA's width", "clones": "ISA clones",
@@ -76,6 +76,10 @@ def causes(ours: dict[str, float], theirs: dict[str, float]) -> list[str]:
     if ours["calls"] > theirs["calls"]:
         out.append(f"{ours['calls']:g} calls per 16 elements in the loop against Inductor's {theirs['calls']:g}: a "
                    f"helper or libm function left out of line; force-inline it or write the polynomial ({GUIDE})")
+    if ours["stack"] > theirs["stack"] + 1:
+        out.append(f"{ours['stack']:g} vector moves to or from the stack per 16 elements against Inductor's "
+                   f"{theirs['stack']:g}: vectors assembled or bit-cast through arrays (memcpy of __m256 pairs) or "
+                   f"kept in memory; combine registers with intrinsics instead ({GUIDE}, '{SECTIONS['lanes']}')")
     if ours["gathers"] > theirs["gathers"]:
         out.append(f"{ours['gathers']:g} gathers per 16 elements against Inductor's {theirs['gathers']:g}: read "
                    "contiguous rows and shuffle in registers")

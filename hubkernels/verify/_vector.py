@@ -64,6 +64,7 @@ class Mix:
     gathers: int = 0
     calls: int = 0
     stored_bits: int = 0  # bits of vector registers stored to memory, not the stack (the loop's output)
+    stack: int = 0  # vector moves to or from the stack: values assembled or spilled through memory
     counts: dict[str, int] = field(default_factory=dict)  # {mnemonic: n} of the lane-by-lane ones
 
     @property
@@ -96,6 +97,8 @@ class Mix:
             self.gathers += 1
         if mnemonic.startswith("call"):
             self.calls += 1
+        if regs and mnemonic.startswith("vmov") and re.search(r"\((?:%rsp|%rbp)\)|\(%r[sb]p,", operands):
+            self.stack += 1
         to_memory = re.search(r"\((?!%rsp|%rbp)[^)]*\)$", operands.rstrip())  # not a spill to the stack
         if regs and to_memory and (mnemonic.startswith(("vmov", "mov")) or _NARROWING_STORE.fullmatch(mnemonic)):
             bits = _WIDTH[regs[0]] // (2 if _NARROWING_STORE.fullmatch(mnemonic) else 1)
