@@ -350,6 +350,16 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.set_defaults(func=_cmd_upload)
 
 
+def load_hint(repo_id: str, version: int) -> str:
+    """The get_kernel call that loads this upload as printed: with trust_remote_code naming the org unless
+    HUBKERNELS_TRUSTED_ORGS trusts it here (a Hub-flagged trusted publisher loads either way)."""
+    from . import settings
+
+    org = repo_id.split("/", 1)[0]
+    trust = "" if org in settings.trusted_orgs() else f", trust_remote_code=[{org!r}]"
+    return f'hubkernels.get_kernel("{repo_id}", version={version}{trust})'
+
+
 def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
     result = upload(args.path, repo_id=args.repo_id, variants=args.variants, private=args.private,
                     create_tag=args.create_tag, source=args.source)
@@ -358,6 +368,6 @@ def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
     print(f"  commit {result.commit}" + (f", tag {result.tag}" if result.tag else ""))
     if result.deleted:
         print(f"  deleted {len(result.deleted)} stale file(s)")
-    print(f'  load it: hubkernels.get_kernel("{result.repo_id}", version={result.version})')
+    print(f"  load it: {load_hint(result.repo_id, result.version)}")
     print(f"  {result.url}")
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,15 @@ def test_verify_judges_each_per_isa_runner_of_ltx_kernels_at_its_width(ltx):
     judged = [s for s in found if s.startswith("ltx_cpu::")]
     assert len(judged) == 8 * 3 * 3 + 8 and not any("<double>" in s for s in judged)
     assert found["24 fp64 compilations"].status == "skip"
+    # No runner compares or converts lane by lane: vec.h compares in pieces of the ISA's register width
+    # (a 64-byte compare written on f32x16 was 128 vucomiss per AVX2 gelu_tanh runner, bf16 stores 144 vpextrd).
+    lanewise = {s: (c.data["mix"]["compares"], c.data["mix"]["extracts"]) for s, c in found.items()
+                if s.startswith("ltx_cpu::") and (c.data["mix"]["compares"] > 2 or c.data["mix"]["extracts"] > 50)}
+    assert not lanewise, lanewise
+    assert all(c.status == "pass" for s, c in found.items() if s.startswith("ltx_cpu::")), \
+        [c.line() for c in found.values() if c.status == "fail"]
+    runs_here = [s for s, c in found.items() if c.data.get("runs_here") and "<" in s]
+    assert len(runs_here) == 8 * 3, "one compilation per op and storage type runs on this CPU"
 
 
 def test_cuda_is_compiled_or_skipped_with_the_reason(demo):
@@ -137,6 +147,39 @@ def test_cuda_is_compiled_or_skipped_with_the_reason(demo):
     assert len(cuda) == 1 and cuda[0]["status"] in ("pass", "skip")
     if cuda[0]["status"] == "skip":
         assert "CUDA" in cuda[0]["detail"] or "nvcc" in cuda[0]["detail"]
+        assert "run verify again" in cuda[0]["detail"], "the skip says how to verify the backend"
+        assert report["unverified"] == ["cuda"]
+    else:
+        assert report["unverified"] == []
+
+
+def test_a_backend_not_built_here_is_named_in_the_verdict_not_called_shippable():
+    """build.toml lists cuda; a machine without a CUDA torch skips it: the kernel is shippable on cpu only, and the
+    verdict says which backend is unverified and how to verify it."""
+    from hubkernels.verify import Check, Verdict, format_table
+
+    skipped = Check("build", "cuda", "skip", "torch 2.13.0+cpu here has no CUDA; ... and run verify again")
+    verdict = Verdict("k", [Check("build", "cpu", "pass", "torch-cpu"), skipped])
+    last = format_table(verdict).splitlines()[-1]
+    assert verdict.ok and last.startswith("shippable on cpu only, not yet as build.toml lists it"), last
+    assert "cuda unverified (torch 2.13.0+cpu here has no CUDA" in last and "shippable:" not in last
+    built = Verdict("k", [Check("build", "cpu", "pass", "torch-cpu"), Check("build", "cuda", "pass", "torch-cu128")])
+    assert format_table(built).splitlines()[-1].startswith("shippable: every check passed")
+
+
+def test_verify_writes_each_finding_once_into_one_log(ltx, tmp_path):
+    """`hubkernels verify > log 2>&1`: the progress lines (stderr) hold the findings, the table (stdout) adds only
+    the verdict, so each finding is in the log once."""
+    log = tmp_path / "verify.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with log.open("w") as out:
+        done = subprocess.run([sys.executable, "-m", "hubkernels", "verify", str(ROOT), "--skip",
+                               "build,tests,abi,compile,vector,speed"], stdout=out, stderr=subprocess.STDOUT,
+                              env=env, timeout=900)
+    text = log.read_text()
+    assert done.returncode == 0, text[-2000:]
+    assert len(re.findall(r"(?m)^PASS  build    cpu ", text)) == 1, text[-2000:]
+    assert text.rstrip().splitlines()[-1].startswith("shippable on cpu only"), text[-2000:]
 
 
 # rms_norm as the skill used to teach it: fp16 converted element by element inside the arithmetic loops.
@@ -174,24 +217,72 @@ void rms_norm(void* out, const void* x, const void* w, int64_t r0, int64_t r1, i
 """
 
 
-def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reason(demo):
+# A clamp written on 64-byte vectors in an AVX2 function (GCC compares it one lane at a time), and a fast AVX2
+# row loop in an anonymous namespace (what runs, though no exported symbol names it).
+LANEWISE_AND_ANONYMOUS = """
+#include <cstdint>
+#include <cstring>
+namespace demo_kernel_cpu {
+using f32x16 = float __attribute__((vector_size(64)));
+__attribute__((target("arch=x86-64-v3"))) void clamp_rows(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+    f32x16 v;
+    std::memcpy(&v, x + i, sizeof v);
+    v = v > 88.0f ? f32x16{} + 88.0f : v;
+    v = v * 2.0f + 1.0f;
+    std::memcpy(out + i, &v, sizeof v);
+  }
+}
+namespace {
+__attribute__((target("arch=x86-64-v3"), noinline)) void scale_rows(float* out, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * 2.0f + 1.0f;
+}
+}  // namespace
+void scale(float* out, const float* x, int64_t n) { scale_rows(out, x, n); }
+}  // namespace demo_kernel_cpu
+"""
+
+
+@pytest.fixture(scope="module")
+def planted(demo) -> list[str]:
+    """The demo kernel with its users' mistakes planted, through `verify --skip tests,abi`: its output lines."""
     root, _ = demo
     # The two mistakes the skill's users made: fp16 converted inside the arithmetic loops without
     # -fno-trapping-math (the loop stays scalar), and a Python-side call torch.compile cannot trace.
     (root / "kernel_src/demo_kernel_cpu/rms_norm.cpp").write_text(SCALAR_FP16_RMS_NORM)
+    (root / "kernel_src/demo_kernel_cpu/planted.cpp").write_text(LANEWISE_AND_ANONYMOUS)
     toml = root / "build.toml"
-    toml.write_text(toml.read_text().replace('"-O3", "-fno-trapping-math"', '"-O3"'))
+    toml.write_text(toml.read_text().replace('"-O3", "-fno-trapping-math"', '"-O3"').replace(
+        '"kernel_src/demo_kernel_cpu/rms_norm.cpp",', '"kernel_src/demo_kernel_cpu/rms_norm.cpp",\n'
+                                                      '    "kernel_src/demo_kernel_cpu/planted.cpp",'))
     init = root / "kernel_src/torch-ext/demo_kernel/__init__.py"
     init.write_text(init.read_text().replace("    return ops.rms_norm(", "    print(\"rms_norm\")\n"
                                                                       "    return ops.rms_norm("))
     done = hubkernels_cli("verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", VERIFY_CI_TOLERANCE,
                           cwd=root)
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    return done.stdout.splitlines()
+
+
+def test_verify_names_a_lane_by_lane_compare_with_its_counts_and_judges_an_anonymous_loop(planted):
+    """What runs is judged wherever it lives: the AVX2 clamp fails with the scalar compares GCC made of it, and the
+    row loop of an anonymous namespace is read at AVX2's width (its ISA known from its instructions)."""
+    clamp = [ln for ln in planted if ln.startswith(("FAIL", "PASS")) and " vector " in ln and "::clamp_rows" in ln]
+    assert len(clamp) == 1 and clamp[0].startswith("FAIL") and "lane by lane" in clamp[0], planted
+    assert re.search(r"\b1[0-9] v?(u?comiss|cmpn?\w*ss)\b", clamp[0]), clamp[0]
+    assert "256-bit" in clamp[0]
+    loop = [ln for ln in planted if ln.startswith(("FAIL", "PASS")) and "(anonymous namespace)::scale_rows" in ln]
+    assert len(loop) == 1 and loop[0].startswith("PASS") and "at 256-bit" in loop[0], planted
+    assert "ISA read from its instructions" in loop[0]
+
+
+def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reason(planted):
+    lines = planted
     compile_fail = [ln for ln in lines if ln.startswith("FAIL") and " compile " in ln]
     speed_fail = [ln for ln in lines if ln.startswith("FAIL") and " speed " in ln]
     assert compile_fail and "rms_norm" in compile_fail[0] and "torch.compile(fullgraph=True) breaks" in compile_fail[0]
     assert speed_fail and "rms_norm fp16" in speed_fail[0] and "slower than torch.compile" in speed_fail[0], lines
+    assert "where to look: demo_kernel_cpu::rms_norm [" in speed_fail[0] and "Inductor's kernel:" in speed_fail[0]
     assert lines[-1].startswith("not shippable")
 
 
@@ -219,3 +310,62 @@ def test_verify_refuses_ops_and_sizes_no_benchmark_declares(ltx, capsys, argv, s
 def test_verify_usage_errors_exit_2(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 2  # no build.toml
     assert "build.toml" in capsys.readouterr().err
+
+
+# silu_and_mul with the division GCC made of a clamp after `x / (1 + e)`: two divisions per vector where
+# Inductor's kernel for the formula has one.
+DOUBLE_DIVISION = """
+#include <cstdint>
+namespace demo_kernel_cpu {
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+void silu_and_mul(float* out, const float* x, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = x + r * 2 * d;
+    const float* b = a + d;
+    for (int64_t i = 0; i < d; ++i) {
+      const float v = a[i] < -80.0f ? -80.0f : a[i];
+      const float e = 1.0f + (1.0f - v * (1.0f - v * 0.5f));
+      out[r * d + i] = (a[i] / e) * (b[i] / (e + 1.0f));
+    }
+  }
+}
+}  // namespace demo_kernel_cpu
+"""
+
+
+def test_a_speed_failure_names_a_planted_double_division_against_inductors_kernel(tmp_path):
+    """A speed failure says where to look: the loop of the compilation this CPU runs against Inductor's kernel for
+    the same formula, per 16 elements, and the likely cause with the skill's fix."""
+    import shutil
+
+    import torch
+    import torch.nn.functional as F
+
+    from hubkernels.verify import Check, _diagnose, _ops
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None or shutil.which("objdump") is None or _vector.cpu_width() < 256:
+        pytest.skip("needs a C++ compiler, objdump and an AVX2 CPU")
+    (tmp_path / "silu.cpp").write_text(DOUBLE_DIVISION)
+    subprocess.run([cxx, "-O3", "-fno-trapping-math", "-fPIC", "-shared", str(tmp_path / "silu.cpp"), "-o",
+                    str(tmp_path / "silu.so")], check=True)
+
+    def formula(x: torch.Tensor) -> torch.Tensor:
+        h = x.shape[-1] // 2
+        return F.silu(x[..., :h]) * x[..., h:]
+
+    before = _ops.loaded_modules()
+    torch._dynamo.reset()
+    torch.compile(formula, dynamic=False)(torch.randn(8, 2 * 1024))
+    inductor = sorted(m for m in _ops.loaded_modules() - before if "inductor" in m)
+    failed = Check("speed", "silu_and_mul fp32", "fail", "slower than torch.compile of its formula",
+                   {"dtype": "fp32", "inductor_modules": inductor})
+    found = _diagnose.explain(failed, tmp_path, ["demo_kernel_cpu"], ["silu_and_mul"])
+    where = found.data["where"]
+    clone = {512: "arch_x86_64_v4", 256: "arch_x86_64_v3"}[_vector.cpu_width()]
+    assert where["compilation"] == f"demo_kernel_cpu::silu_and_mul [{clone}]" and found.status == "fail"
+    assert where["ours_per16"]["divides"] == 2 * where["inductor_per16"]["divides"] > 0, found.detail
+    assert f"where to look: demo_kernel_cpu::silu_and_mul [{clone}] (runs here)" in found.detail
+    per16 = 16 * 32 // _vector.cpu_width()  # vdivps per 16 fp32 elements, one per vector register
+    assert f"likely: {2 * per16} vdivps per 16 elements against Inductor's {per16}:" in found.detail, found.detail
+    assert "clamp the operand before the division" in found.detail

@@ -453,3 +453,87 @@ def test_a_missing_layer_names_the_layers_the_kernel_has(ltx_build):
     repo = LocalLayerRepository(ltx_build.path, layer_name="NoSuchLayer")
     with pytest.raises(LayerNotFoundError, match="NoSuchLayer.*it has: .*LlamaRMSNorm"):
         repo.load()
+
+
+# -- prepare: work done once per module at kernelize time -------------------------------------------------
+
+
+class LlamaMLP(nn.Module):
+    """transformers' LlamaMLP: down(silu(gate(x)) * up(x)), with separate gate and up projections."""
+
+    def __init__(self, hidden: int = 8, ff: int = 16) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, ff, bias=False)
+        self.up_proj = nn.Linear(hidden, ff, bias=False)
+        self.down_proj = nn.Linear(ff, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+PREPARED: list[nn.Module] = []  # the modules StackedMLP.prepare ran on
+
+
+class StackedMLP(nn.Module):
+    """One matmul for gate and up, then silu_and_mul: the two weights are stacked once, by prepare, and the
+    projections' weights become views of the stack (no second copy; load_state_dict writes through them)."""
+
+    @classmethod
+    def prepare(cls, module: nn.Module) -> None:
+        PREPARED.append(module)
+        gate, up = module.gate_proj.weight, module.up_proj.weight
+        stacked = torch.cat([gate.detach(), up.detach()])
+        module.register_buffer("gate_up_weight", stacked, persistent=False)
+        gate.data, up.data = stacked[: gate.shape[0]], stacked[gate.shape[0]:]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = (x @ self.gate_up_weight.T).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+def test_a_layer_prepares_each_module_once_per_kernelize_and_unkernelize_undoes_it():
+    torch.manual_seed(0)
+    mlp, x = LlamaMLP(), torch.randn(3, 8)
+    expected, state = mlp(x), mlp.state_dict()
+    PREPARED.clear()
+    mapping = {LayerMatch(LlamaMLP): {"cpu": Repo(StackedMLP)}}
+    with use_kernel_mapping(mapping):
+        kernelize(mlp, mode=Mode.INFERENCE)
+    assert PREPARED == [mlp] and kernelized_layers(mlp) == {"": StackedMLP}
+    torch.testing.assert_close(mlp(x), expected)
+    mlp(x)
+    assert PREPARED == [mlp], "prepare runs at kernelize time, not per forward"
+    assert set(mlp.state_dict()) == set(state), "the stack is not saved with the model"
+    assert mlp.gate_proj.weight.untyped_storage().data_ptr() == mlp.gate_up_weight.untyped_storage().data_ptr()
+    # load_state_dict copies into the projections' weights, which are views of the stack: the stack follows
+    other = LlamaMLP()
+    mlp.load_state_dict(other.state_dict())
+    torch.testing.assert_close(mlp(x), other(x))
+    # assign=True replaces the weights: the stack is stale until kernelize prepares the module again
+    third = LlamaMLP()
+    mlp.load_state_dict(third.state_dict(), assign=True)
+    assert not torch.allclose(mlp(x), third(x))
+    with use_kernel_mapping(mapping):
+        kernelize(mlp, mode=Mode.INFERENCE)
+    assert PREPARED == [mlp, mlp] and len(dict(mlp.named_buffers())) == 1
+    torch.testing.assert_close(mlp(x), third(x))
+    other = third
+    kernelize(mlp, mode=Mode.INFERENCE)  # no mapping any more: the original forward, the stack removed
+    assert kernelized_layers(mlp) == {} and not hasattr(mlp, "gate_up_weight")
+    assert "gate_up_weight" not in dict(mlp.named_buffers())
+    torch.testing.assert_close(mlp(x), other(x))
+
+
+class PrepareNotClassmethod(nn.Module):
+    def prepare(self, module):  # type: ignore[no-untyped-def]
+        pass
+
+    def forward(self, x):
+        return x
+
+
+def test_prepare_must_be_a_classmethod():
+    m = nn.Sequential(nn.GELU(approximate="tanh"))
+    with use_kernel_mapping({LayerMatch(nn.GELU): {"cpu": Repo(PrepareNotClassmethod)}}), \
+            pytest.raises(TypeError, match="prepare must be a classmethod"):
+        kernelize(m, mode=Mode.INFERENCE, device="cpu")

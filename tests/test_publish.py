@@ -166,12 +166,19 @@ def test_card_api_is_read_without_importing_the_package(tmp_path: Path) -> None:
     assert package_api(pkg) == ("Doc line.", [("f", "F does f."), ("g", "")])
 
 
-def test_cli_upload_prints_how_to_load_and_errors_in_one_line(hub, tmp_path: Path, capsys) -> None:
+def test_cli_upload_prints_how_to_load_and_errors_in_one_line(hub, tmp_path: Path, capsys, monkeypatch) -> None:
     repo_id = new_repo()
+    org = repo_id.split("/")[0]
     root = make_kernel(tmp_path / "k")
+    monkeypatch.delenv("HUBKERNELS_TRUSTED_ORGS", raising=False)
     assert cli.main(["upload", str(root), "--repo-id", repo_id]) == 0
     out = capsys.readouterr().out
-    assert f"{repo_id}@v1: uploaded torch-cpu" in out and f'get_kernel("{repo_id}", version=1)' in out
+    # the org is not trusted here: the hint works as printed only with the opt-in
+    hint = f'get_kernel("{repo_id}", version=1, trust_remote_code=[{org!r}])'
+    assert f"{repo_id}@v1: uploaded torch-cpu" in out and hint in out, out
+    monkeypatch.setenv("HUBKERNELS_TRUSTED_ORGS", org)
+    assert cli.main(["upload", str(root), "--repo-id", repo_id]) == 0
+    assert f'get_kernel("{repo_id}", version=1)' in capsys.readouterr().out
     assert cli.main(["upload", str(root)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("hubkernels upload: error: no repo id") and "\n" not in err
@@ -181,3 +188,23 @@ def test_no_tag_when_asked_not_to(hub, tmp_path: Path) -> None:
     repo_id = new_repo()
     result = upload(make_kernel(tmp_path / "k"), repo_id=repo_id, create_tag=False)
     assert result.tag is None and hf_api().list_repo_refs(repo_id, repo_type="kernel").tags == []
+
+
+@pytest.mark.parametrize("bars", [None, "0"])
+def test_cli_upload_into_a_log_leaves_progress_bars_out(hub, tmp_path: Path, bars) -> None:
+    """`hubkernels upload > log 2>&1`: huggingface_hub's and hf_xet's progress bars would be a line per refresh
+    there; they are left out unless HF_HUB_DISABLE_PROGRESS_BARS=0 asks for them."""
+    import os
+    import subprocess
+    import sys
+
+    root = make_kernel(tmp_path / "k", extra_files={"table.txt": os.urandom(3 << 20).hex()})  # big enough for bars
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    if bars is not None:
+        env["HF_HUB_DISABLE_PROGRESS_BARS"] = bars
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-m", "hubkernels", "upload", str(root), "--repo-id", new_repo()],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    has_bars = "%|" in done.stderr or "it/s" in done.stderr or "B/s" in done.stderr
+    assert has_bars == (bars == "0"), done.stderr[-2000:]

@@ -314,3 +314,79 @@ def test_template_publishes_and_loads_back_from_a_hub(hub, kernel_dir, built):
     expected = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
     torch.testing.assert_close(loaded.rms_norm(x), expected)
     assert "rms_norm" in loaded.__all__ and hasattr(loaded.layers, "RMSNorm")
+
+
+def test_the_cpu_guide_has_every_section_verify_points_to():
+    """A speed failure names the section of the CPU guide with the fix; each must be there to be read."""
+    from hubkernels.skill_cli import skill_dir
+    from hubkernels.verify._diagnose import SECTIONS
+
+    guide = (skill_dir() / "references/cpu-translation.md").read_text(encoding="utf-8")
+    headings = re.findall(r"(?m)^#+ (.+)$|^- \*\*(\w+)", guide)
+    found = {h or b for h, b in headings}
+    for section in SECTIONS.values():
+        assert any(section in h for h in found), f"the CPU guide lost its {section!r} section"
+
+
+# silu_and_mul on the template's lanes.h: the formula once on f32x16, a clamp written with where().
+LANES_SILU_AND_MUL = """
+#include "lanes.h"
+namespace my_kernels_cpu {
+template <typename Isa>
+MY_KERNELS_INLINE f32x16 silu(Isa isa, f32x16 g) {
+  const f32x16 lo = f32x16{} - 80.0f;
+  const f32x16 z = where(isa, kLess, g, lo, lo, g);  // clamp the operand, before the one division
+  f32x16 e = f32x16{} + 1.0f;  // exp(-z) ~ by (1 - z/256)^256: enough for a compile test
+  const f32x16 s = 1.0f - z * (1.0f / 256);
+  e = s;
+  for (int k = 0; k < 8; ++k) e = e * e;
+  return g / (1.0f + e);
+}
+void silu_and_mul(float* out, const float* x, int64_t rows, int64_t d) {
+  run_on_cpu([&](auto isa) MY_KERNELS_ALWAYS_INLINE {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = x + r * 2 * d;
+      for (int64_t i = 0; i < d; i += kVecLanes) {
+        const int64_t n = d - i < kVecLanes ? d - i : kVecLanes;
+        store16(out + r * d + i, silu(isa, load16(g + i, n)) * load16(g + d + i, n), n);
+      }
+    }
+  });
+}
+}  // namespace my_kernels_cpu
+extern "C" void silu_and_mul(float* out, const float* x, int64_t rows, int64_t d) {
+  my_kernels_cpu::silu_and_mul(out, x, rows, d);
+}
+"""
+
+
+def test_the_templates_lanes_header_compiles_each_isa_without_lane_by_lane_compares(tmp_path):
+    """The template's next step (lanes.h): one formula on 16 fp32 lanes, a runner per ISA, compares in pieces of
+    the ISA's registers: verify's vector check passes every runner at its width, none compares lane by lane, and
+    the runner this CPU picks computes the formula."""
+    import ctypes
+
+    import torch
+
+    from hubkernels.skill_cli import skill_dir
+    from hubkernels.verify import _vector
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None or shutil.which("objdump") is None:
+        pytest.skip("needs a C++ compiler and objdump")
+    src = skill_dir() / "templates/kernel_src/my_kernels_cpu"
+    (tmp_path / "silu.cpp").write_text(LANES_SILU_AND_MUL)
+    subprocess.run([cxx, "-std=c++17", "-O3", "-fno-trapping-math", "-Wno-psabi", "-fPIC", "-shared", f"-I{src}",
+                    str(tmp_path / "silu.cpp"), "-o", str(tmp_path / "silu.so")], check=True)
+    found = {c.subject: c for c in _vector.check_vectorised(tmp_path, ["my_kernels_cpu"])}
+    for isa, width in (("avx512", 512), ("avx2", 256), ("baseline", 128)):
+        c = found[f"my_kernels_cpu::silu_and_mul [{isa}]"]
+        assert c.status == "pass" and c.data["isa_width"] == width, c.line()
+        assert c.data["mix"]["compares"] == 0 and c.data["mix"]["extracts"] == 0, c.line()
+    x = torch.randn(3, 2 * 40)
+    out = torch.empty(3, 40)
+    lib = ctypes.CDLL(str(tmp_path / "silu.so"))
+    lib.silu_and_mul(ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(x.data_ptr()), ctypes.c_int64(3),
+                     ctypes.c_int64(40))
+    g, u = x.chunk(2, dim=-1)
+    torch.testing.assert_close(out, torch.nn.functional.silu(g) * u, rtol=2e-2, atol=2e-2)

@@ -57,6 +57,7 @@ def test_the_walkthrough_runs_end_to_end_on_cpu(hub, tmp_path):
     assert "shippable: every check passed" in out
     assert re.search(r"loaded \S+ from the Hub", out)
     assert "{'1': " in out, "kernelize replaced the model's RMSNorm"
+    assert "gate and up stacked once: (512, 64)" in out, "the Llama MLP layer prepared its module"
 
 
 if not DOC.exists():  # pragma: no cover - the doc is part of this change

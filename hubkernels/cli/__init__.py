@@ -8,6 +8,7 @@ others are listed by name and help. Usage and `HubkernelsError`s exit 2 with one
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -43,6 +44,8 @@ def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser(argv).parse_args(argv)
+    if not sys.stderr.isatty():
+        _no_progress_bars()
     try:
         return int(args.func(args) or 0)
     except HubkernelsError as e:
@@ -50,6 +53,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _no_progress_bars() -> None:
+    """Into a log (stderr not a terminal), huggingface_hub's and hf_xet's progress bars are a line per refresh:
+    leave them out unless HF_HUB_DISABLE_PROGRESS_BARS says otherwise."""
+    if "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub is imported
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
 
 
 if __name__ == "__main__":

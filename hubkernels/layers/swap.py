@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 _ORIGINAL = "_hubkernels_original_forward"  # instance forward before the first replacement (None: the class's)
 _INSTALLED = "_hubkernels_forward"  # the bound forward kernelize installed
 _LAYER = "_hubkernels_layer"  # the layer class whose forward is installed
+_PREPARED = "_hubkernels_prepared"  # (layer, names prepare added to the module) of the layer that prepared it
 
 
 class KernelizeFallback(Flag):
@@ -108,7 +109,7 @@ def _function_module(func: Callable) -> type:
 # Validation
 
 
-_ALLOWED_MEMBERS = {"can_torch_compile", "has_backward"}
+_ALLOWED_MEMBERS = {"can_torch_compile", "has_backward", "prepare"}
 _validated: set[tuple[type, type]] = set()
 _layer_cache: dict[Any, type] = {}
 
@@ -117,8 +118,8 @@ def validate_layer(layer: type, original: type) -> None:
     """Check a kernel layer can stand in for `original.forward`; raise TypeError saying what is wrong.
 
     A layer must be an nn.Module subclass with no `__init__` of its own and no members beyond
-    `forward`, `has_backward` and `can_torch_compile` (it runs on the host module's state), and its
-    `forward` must take the same number and kinds of parameters as the original's.
+    `forward`, `has_backward`, `can_torch_compile` and the optional `prepare` classmethod (it runs on the
+    host module's state), and its `forward` must take the same number and kinds of parameters as the original's.
     """
     from torch import nn
 
@@ -132,7 +133,9 @@ def validate_layer(layer: type, original: type) -> None:
     extra = {n for n, _ in inspect.getmembers(layer)} - {n for n, _ in inspect.getmembers(nn.Module)}
     if not extra <= _ALLOWED_MEMBERS:
         raise TypeError(f"Kernel layer {name} has members {sorted(extra - _ALLOWED_MEMBERS)}; only forward, "
-                        "has_backward and can_torch_compile are allowed.")
+                        "has_backward, can_torch_compile and prepare are allowed.")
+    if "prepare" in extra and not isinstance(inspect.getattr_static(layer, "prepare"), classmethod):
+        raise TypeError(f"Kernel layer {name}.prepare must be a classmethod prepare(cls, module).")
     params = list(inspect.signature(layer.forward).parameters.values())
     ref = list(inspect.signature(original.forward).parameters.values())
     if len(params) != len(ref) or any(p.kind != r.kind for p, r in zip(params, ref)):
@@ -175,14 +178,50 @@ def load_layer(repo: RepositoryProtocol) -> type:
 
 
 def replace_forward(module: "nn.Module", layer: type) -> None:
-    """Bind `layer.forward` to this module instance, remembering the original (idempotent across modes)."""
+    """Bind `layer.forward` to this module instance, remembering the original (idempotent across modes), after
+    running the layer's `prepare` on the module once (see `prepare_module`)."""
     state = module.__dict__
     bound = MethodType(layer.forward, module)
     if _ORIGINAL not in state:
         state[_ORIGINAL] = state.get("forward")
+    prepare_module(module, layer)
     _set_forward(module, bound)
     state[_INSTALLED] = bound
     state[_LAYER] = layer
+
+
+def prepare_module(module: "nn.Module", layer: type) -> None:
+    """Run `layer.prepare(module)`, once per kernelize call, after undoing the previous preparation.
+
+    `prepare` is a kernel layer's optional classmethod for work that should happen once rather than per forward,
+    such as stacking Llama's `gate_proj` and `up_proj` weights into one matrix. What it adds to the module
+    (buffers, parameters, submodules, attributes) is removed again by `restore_forward` (unkernelize, or
+    kernelize without a mapping for the module). It runs on the module as it is: memory it allocates stays
+    allocated while kernelized, and a later `load_state_dict(assign=True)` or `.to()` that replaces the weights
+    leaves what it derived stale until kernelize runs again (which prepares afresh).
+    """
+    state = module.__dict__
+    _unprepare(module)
+    prepare = getattr(layer, "prepare", None)
+    if prepare is None:
+        return
+    before = _names(module)
+    prepare(module)
+    state[_PREPARED] = (layer, sorted(_names(module) - before))
+
+
+def _names(module: "nn.Module") -> set[str]:
+    return {*module.__dict__, *module._buffers, *module._parameters, *module._modules}
+
+
+def _unprepare(module: "nn.Module") -> None:
+    """Remove what the layer's `prepare` added to the module."""
+    done = module.__dict__.pop(_PREPARED, None)
+    if done is None:
+        return
+    for name in done[1]:
+        for where in (module._buffers, module._parameters, module._modules, module.__dict__):
+            where.pop(name, None)  # type: ignore[attr-defined]
 
 
 def kernelized_forward(module: "nn.Module") -> Optional[Callable]:
@@ -200,6 +239,7 @@ def restore_forward(module: "nn.Module") -> bool:
     state.pop(_LAYER, None)
     _set_forward(module, original)
     state.pop(_INSTALLED, None)
+    _unprepare(module)
     return True
 
 

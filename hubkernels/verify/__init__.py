@@ -6,7 +6,11 @@ build (kernel-abi-check), the kernel's own tests (pytest on tests/ with LOCAL_KE
 `torch.compile(fullgraph=True)` through every declared op, vectorisation of each ISA clone of the CPU code (counted
 per clone from the disassembly, never as a total), and the time of every op beside eager and `torch.compile` of
 its own formula on the shapes `benchmarks/benchmark*.py` declares. An op slower than `torch.compile` of its formula
-fails. Exit status: 0 shippable, 1 not, 2 usage error.
+fails, and the failure says where to look: the instruction mix of the compilation this CPU runs against Inductor's
+kernel for the formula, and the likely cause with the skill's fix. A backend build.toml lists that cannot be built here
+is named in the verdict as unverified, with how to verify it. Progress lines go to stderr and the table to stdout;
+when both go to one file, the findings are written once. Exit status: 0 nothing failed, 1 not shippable, 2 usage
+error.
 """
 
 from __future__ import annotations
@@ -52,6 +56,11 @@ class Verdict:
     @property
     def failures(self) -> list[Check]:
         return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def unverified(self) -> list[Check]:
+        """The build.toml backends not built here: nothing says they compile."""
+        return [c for c in self.checks if c.check == "build" and c.status == "skip" and not c.data.get("unlisted")]
 
 
 def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | None = 1, tolerance: float = 0.05,
@@ -103,8 +112,13 @@ def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | N
     if "vector" not in skip:
         add(_vector.check_vectorised(cpu.path, [k.name for k in config.kernels_for("cpu")]))
     if "speed" not in skip:
-        add(_ops.check_speed(kernel, benches, dtypes=tuple(dtypes), threads=threads, tolerance=tolerance,
-                             iters=iters, ops=ops, shape=shape))
+        from . import _diagnose
+
+        namespaces = [k.name for k in config.kernels_for("cpu")]
+        add(_diagnose.explain(c, cpu.path, namespaces, [c.subject.split()[0], c.data.get("kernel_op", "")])
+            if c.status == "fail" else c
+            for c in _ops.check_speed(kernel, benches, dtypes=tuple(dtypes), threads=threads, tolerance=tolerance,
+                                      iters=iters, ops=ops, shape=shape))
     return verdict
 
 
@@ -112,8 +126,13 @@ def format_table(verdict: Verdict) -> str:
     """The findings as aligned lines, then the verdict."""
     lines = [f"hubkernels verify {verdict.path}", f"{'':4}  {'check':8} {'subject':28} detail"]
     lines += [c.line() for c in verdict.checks]
-    if verdict.ok:
+    if verdict.ok and not verdict.unverified:
         lines.append("shippable: every check passed or was skipped for the reason given")
+    elif verdict.ok:
+        built = sorted({c.subject for c in verdict.checks if c.check == "build" and c.status == "pass"})
+        lines.append(f"shippable on {', '.join(built) or 'no backend'} only, not yet as build.toml lists it: "
+                     + "; ".join(f"{c.subject} unverified ({c.detail})" for c in verdict.unverified)
+                     + "; run `hubkernels verify` where that backend builds, or remove it from build.toml")
     else:
         lines.append(f"not shippable: {len(verdict.failures)} failed: "
                      + "; ".join(f"{c.check} {c.subject}" for c in verdict.failures))
@@ -131,11 +150,25 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     verdict = verify(args.path, skip=skip, threads=args.threads or None, tolerance=args.tolerance,
                      dtypes=dtypes, iters=args.iters, progress=not args.json, ops=args.ops or None, shape=shape)
     if args.json:
-        print(json.dumps({"path": verdict.path, "ok": verdict.ok, "checks": [asdict(c) for c in verdict.checks]},
-                         indent=2))
+        print(json.dumps({"path": verdict.path, "ok": verdict.ok,
+                          "unverified": [c.subject for c in verdict.unverified],
+                          "checks": [asdict(c) for c in verdict.checks]}, indent=2))
+    elif _same_file(sys.stdout, sys.stderr):  # one log: the findings are in it already, as they came
+        print(format_table(verdict).splitlines()[-1])
     else:
         print(format_table(verdict))
     return 0 if verdict.ok else 1
+
+
+def _same_file(a: object, b: object) -> bool:
+    """Whether two streams write to one file (`verify > log 2>&1`, or one terminal)."""
+    import os
+
+    try:
+        x, y = os.fstat(a.fileno()), os.fstat(b.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):
+        return False
+    return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
 
 
 def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -143,6 +143,9 @@ def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str,
         return Check("speed", subject, "skip", f"the op refused {dtype_name}: {_first(e)}")
     torch._dynamo.reset()
     compiled = torch.compile(eager, dynamic=False)
+    loaded = loaded_modules()
+    compiled(*inputs[0])  # compiles: the modules Inductor loads now hold its kernel for this formula
+    inductor = sorted(m for m in loaded_modules() - loaded if "inductor" in m)
     fns: dict[str, Callable[..., Any]] = {"ours": ours, "eager": eager, "torch.compile": compiled}
     faults: dict[str, list[int]] = {}
     samples = interleaved_samples(fns, inputs, iters, faults)
@@ -152,7 +155,8 @@ def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str,
     data = {"dtype": dtype_name, "shape": dict(bench.shape), "fast_us": {k: round(v, 2) for k, v in fast.items()},
             "median_us": {k: round(statistics.median(s), 2) for k, s in samples.items()},
             "vs_compile": round(t_comp / t_ours, 3), "vs_eager": round(t_eager / t_ours, 3),
-            "threads": torch.get_num_threads(), "page_faults_per_call": faulted}
+            "threads": torch.get_num_threads(), "page_faults_per_call": faulted, "inductor_modules": inductor,
+            "kernel_op": cls.kernel_ops.get(op, op)}
     detail = (f"ours {t_ours:.1f} us, {t_comp / t_ours:.2f}x torch.compile ({t_comp:.1f} us), "
               f"{t_eager / t_ours:.2f}x eager ({t_eager:.1f} us); fastest fifth of {iters} calls each")
     if t_ours > t_comp * (1 + tolerance):
@@ -182,6 +186,15 @@ def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tup
             if faults is not None:
                 faults.setdefault(name, []).append(_minor_faults() - f0)
     return samples
+
+
+def loaded_modules() -> set[str]:
+    """The shared objects mapped into this process (Linux; empty elsewhere)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            return {line.split()[-1] for line in f if line.rstrip().endswith(".so")}
+    except OSError:
+        return set()
 
 
 def _minor_faults() -> int:

@@ -41,7 +41,7 @@ def build_all(config: BuildConfig, builds: dict[str, BuildResult], *, skip: bool
                            {"path": str(result.path), "variant": str(result.variant)}))
     if "cpu" not in config.general.backends:
         found.append(Check("build", "cpu", "skip", "build.toml lists no cpu backend: compile, vector and speed "
-                                                   "checks need a CPU build"))
+                                                   "checks need a CPU build", {"unlisted": True}))
     return found
 
 
@@ -53,10 +53,14 @@ def _cannot_build(config: BuildConfig, backend: str) -> str | None:
         import torch
 
         if torch.version.cuda is None:
-            return (f"torch {torch.__version__} here has no CUDA; a CUDA torch wheel plus the CUDA toolkit "
-                    "(nvcc) compile the CUDA variant without a GPU")
+            nvcc = shutil.which("nvcc")
+            return (f"torch {torch.__version__} here has no CUDA; to compile the CUDA variant without a GPU, "
+                    "install a CUDA torch wheel (pip install torch --index-url "
+                    "https://download.pytorch.org/whl/cu128) beside "
+                    + (f"the nvcc at {nvcc}" if nvcc else "the CUDA toolkit (nvcc)") + " and run verify again")
         if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
-            return "no CUDA toolkit (nvcc not on PATH, CUDA_HOME unset)"
+            return ("no CUDA toolkit (nvcc not on PATH, CUDA_HOME unset): install it (no GPU needed to compile) "
+                    "and run verify again")
         return None
     return f"no {backend} toolchain check on this machine; build it where {backend} is available"
 

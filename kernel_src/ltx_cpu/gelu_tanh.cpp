@@ -9,9 +9,11 @@ namespace {
 
 // exp(v) within 3 ulp: v = n ln2 + r with |r| <= ln2/2, exp(r) by a degree-6 polynomial, 2^n
 // built in the exponent bits. v is clamped to [-87, 88] (finite, normal results); NaN stays NaN.
-LTX_INLINE f32x16 exp_fp32(f32x16 v) {
-  v = v > 88.0f ? f32x16{} + 88.0f : v;
-  v = v < -87.0f ? f32x16{} - 87.0f : v;
+template <typename Isa>
+LTX_INLINE f32x16 exp_fp32(Isa isa, f32x16 v) {
+  const f32x16 hi = f32x16{} + 88.0f, lo = f32x16{} - 87.0f;
+  v = where(isa, kGreater, v, hi, hi, v);
+  v = where(isa, kLess, v, lo, lo, v);
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;  // ln 2 split so n * kLn2Hi is exact
   constexpr float kLn2Lo = -2.12194440e-4f;
@@ -38,16 +40,18 @@ constexpr float kUnderflowBelow = -11.0f;
 
 // fp32: x * sigmoid(2u) through the exp above; -0 below kUnderflowBelow (-inf included, where the
 // quotient would be -inf / finite), NaN stays NaN, +inf stays +inf.
-LTX_INLINE f32x16 gelu_tanh_value(f32x16 v) {
+template <typename Isa>
+LTX_INLINE f32x16 gelu_tanh_value(Isa isa, f32x16 v) {
   const f32x16 u = float(kSqrt2OverPi) * (v + float(kCubic) * v * v * v);
-  const f32x16 y = v / (1.0f + exp_fp32(-2.0f * u));
+  const f32x16 y = v / (1.0f + exp_fp32(isa, -2.0f * u));
   const f32x16 minus_zero = bits_as<f32x16>(u32x16{} + 0x80000000u);
-  return v < kUnderflowBelow ? minus_zero : y;
+  return where(isa, kLess, v, f32x16{} + kUnderflowBelow, minus_zero, y);
 }
 
 // fp64 (gradcheck only): the textbook formula with libm's tanh (a symbol old enough for
 // manylinux_2_28, unlike exp); at -inf, 0.5 * x * (1 + tanh) would be -inf * 0, so the limit -0.
-LTX_INLINE double gelu_tanh_value(double v) {
+template <typename Isa>
+LTX_INLINE double gelu_tanh_value(Isa, double v) {
   const double y = 0.5 * v * (1.0 + std::tanh(kSqrt2OverPi * (v + kCubic * v * v * v)));
   return v < -std::numeric_limits<double>::max() ? -0.0 : y;
 }
@@ -59,7 +63,7 @@ void gelu_tanh(void* out, const void* x, int64_t begin, int64_t end, DType dtype
     using T = decltype(tag);
     run_on_cpu<T>([&](auto isa) LTX_ALWAYS_INLINE {
       map_row(isa, stream, static_cast<T*>(out) + begin, end - begin,
-              [](auto v) { return gelu_tanh_value(v); }, static_cast<const T*>(x) + begin);
+              [isa](auto v) { return gelu_tanh_value(isa, v); }, static_cast<const T*>(x) + begin);
       if (stream) stream_fence();
     });
   });

@@ -4,13 +4,16 @@
 // element goes through the same instructions. Loads and stores convert the storage type per ISA:
 // F16C (vcvtph2ps / vcvtps2ph) for fp16, AVX-512 / AVX2 integer widening for bf16, and portable
 // integer arithmetic on the baseline. run_on_cpu compiles an op once per ISA (x86-64-v4, x86-64-v3,
-// baseline; bf16 rows also x86-64-v4 with AVX512-BF16) and calls the best one the CPU supports.
+// baseline; bf16 rows also x86-64-v4 with AVX512-BF16) and calls the best one the CPU supports (or
+// the one LTX_CPU_ISA caps it at). Compares and selects go through convert.h's `where`, at the width
+// of the runner's ISA: written on f32x16 directly, GCC lowers them lane by lane on AVX2.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -27,12 +30,6 @@ using u32x16 = uint32_t __attribute__((vector_size(64)));
 using i32x16 = int32_t __attribute__((vector_size(64)));
 using u16x16 = uint16_t __attribute__((vector_size(32)));
 constexpr int64_t kLanes = 16;
-
-// The ISA an op's loops are compiled for: a tag type, so overloads pick the instructions.
-struct Avx512 {};
-struct Avx512Bf16 : Avx512 {};  // AVX-512 plus vcvtneps2bf16 (Zen 4, Sapphire Rapids): bf16 rows only
-struct Avx2 {};
-struct Baseline {};
 
 // ---- loads: 16 storage elements -> 16 fp32 lanes ----------------------------------------------
 
@@ -54,7 +51,7 @@ LTX_INLINE f32x16 load16(Baseline, const BFloat16* p) {
   return bits_as<f32x16>(__builtin_convertvector(bits16(p), u32x16) << 16);
 }
 LTX_INLINE f32x16 load16(Baseline, const Half* p) {
-  return half_to_float_lanes<f32x16>(__builtin_convertvector(bits16(p), u32x16));
+  return half_to_float_lanes<f32x16>(Baseline{}, __builtin_convertvector(bits16(p), u32x16));
 }
 
 // The ISA-specific overloads are plain `inline`: always_inline would have to inline them into the
@@ -90,15 +87,15 @@ LTX_INLINE void store16(Isa, float* p, f32x16 v) {
 
 // bf16 and fp16 as 16 rounded bit patterns; the portable rounding is convert.h's, lane by lane.
 LTX_INLINE u16x16 narrow16(Baseline, const BFloat16*, f32x16 v) {
-  return __builtin_convertvector(float_to_bf16_lanes(bits_as<u32x16>(v)), u16x16);
+  return __builtin_convertvector(float_to_bf16_lanes(Baseline{}, bits_as<u32x16>(v)), u16x16);
 }
 LTX_INLINE u16x16 narrow16(Baseline, const Half*, f32x16 v) {
-  return __builtin_convertvector(float_to_half_lanes<u32x16>(v), u16x16);
+  return __builtin_convertvector(float_to_half_lanes<u32x16>(Baseline{}, v), u16x16);
 }
 
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const BFloat16*, f32x16 v) {
-  const __m512i rounded = bits_as<__m512i>(float_to_bf16_lanes(bits_as<u32x16>(v)));
+  const __m512i rounded = bits_as<__m512i>(float_to_bf16_lanes(Avx512{}, bits_as<u32x16>(v)));
   return bits_as<u16x16>(_mm512_cvtepi32_epi16(rounded));
 }
 // One instruction for 16 bf16 roundings (nearest even; NaN -> quiet NaN, as convert.h), but it
@@ -113,7 +110,7 @@ __attribute__((target("arch=x86-64-v4"))) inline u16x16 narrow16(Avx512, const H
   return bits_as<u16x16>(_mm512_cvtps_ph(bits_as<__m512>(v), _MM_FROUND_TO_NEAREST_INT));
 }
 __attribute__((target("arch=x86-64-v3"))) inline u16x16 narrow16(Avx2, const BFloat16*, f32x16 v) {
-  const u32x16 rounded = float_to_bf16_lanes(bits_as<u32x16>(v));  // < 2^16: packus keeps it
+  const u32x16 rounded = float_to_bf16_lanes(Avx2{}, bits_as<u32x16>(v));  // < 2^16: packus keeps it
   __m256i half[2];
   std::memcpy(half, &rounded, sizeof half);
   const __m256i packed = _mm256_packus_epi32(half[0], half[1]);  // 128-bit lanes interleaved
@@ -214,25 +211,31 @@ LTX_INLINE float sum_lanes(f32x16 v) {
 // The sum of squares of chunk(i, n) over a row of `dim` elements, chunk giving the 16 lanes from i
 // (n < 16: a partial chunk, zero-padded): four independent accumulators, always in the same order,
 // so every op that normalises a row gets the same bits for it.
-template <typename Chunk>
-LTX_INLINE float sum_squares(int64_t dim, Chunk chunk) {
-  f32x16 acc[4] = {};
+// The accumulators are held as register-sized pieces of the ISA (lane for lane the same sums): a
+// loop-carried f32x16 wider than the registers stayed in memory on AVX2, copied through general
+// registers every step (8 vpinsrq per 16 elements).
+template <typename Isa, typename Chunk>
+LTX_INLINE float sum_squares(Isa isa, int64_t dim, Chunk chunk) {
+  constexpr int kBytes = register_bytes(isa);
+  constexpr int kPieces = int(sizeof(f32x16)) / kBytes;
+  typedef float Piece __attribute__((vector_size(kBytes)));
+  Piece acc[4][kPieces] = {};
+  const auto add = [&](int j, f32x16 v) LTX_ALWAYS_INLINE {
+    Piece p[kPieces];
+    std::memcpy(p, &v, sizeof v);
+    for (int k = 0; k < kPieces; ++k) acc[j][k] += p[k] * p[k];
+  };
   int64_t i = 0;
   for (; i + 4 * kLanes <= dim; i += 4 * kLanes) {
-    for (int j = 0; j < 4; ++j) {
-      const f32x16 v = chunk(i + j * kLanes, kLanes);
-      acc[j] += v * v;
-    }
+    for (int j = 0; j < 4; ++j) add(j, chunk(i + j * kLanes, kLanes));
   }
-  for (; i + kLanes <= dim; i += kLanes) {
-    const f32x16 v = chunk(i, kLanes);
-    acc[0] += v * v;
-  }
-  if (i < dim) {
-    const f32x16 v = chunk(i, dim - i);
-    acc[1] += v * v;
-  }
-  return sum_lanes((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  for (; i + kLanes <= dim; i += kLanes) add(0, chunk(i, kLanes));
+  if (i < dim) add(1, chunk(i, dim - i));
+  Piece total[kPieces];
+  for (int k = 0; k < kPieces; ++k) total[k] = (acc[0][k] + acc[1][k]) + (acc[2][k] + acc[3][k]);
+  f32x16 lanes;
+  std::memcpy(&lanes, total, sizeof lanes);
+  return sum_lanes(lanes);
 }
 
 LTX_INLINE float inv_rms_of(float sum_of_squares, int64_t dim, double eps) {
@@ -247,7 +250,7 @@ LTX_INLINE acc_t<T> inv_rms(Isa isa, const T* x, int64_t dim, double eps) {
     for (int64_t i = 0; i < dim; ++i) sum += x[i] * x[i];
     return 1.0 / std::sqrt(sum / double(dim) + eps);
   } else {
-    return inv_rms_of(sum_squares(dim, [&](int64_t i, int64_t n) LTX_ALWAYS_INLINE {
+    return inv_rms_of(sum_squares(isa, dim, [&](int64_t i, int64_t n) LTX_ALWAYS_INLINE {
                         return n == kLanes ? load16(isa, x + i) : load_part(isa, x + i, n);
                       }),
                       dim, eps);
@@ -262,7 +265,7 @@ LTX_INLINE acc_t<T> map_row_inv_rms(Isa isa, T* out, int64_t n, double eps, Fn f
     map_row(isa, false, out, n, fn, in...);
     return inv_rms(isa, out, n, eps);
   } else {
-    return inv_rms_of(sum_squares(n, [&](int64_t i, int64_t k) LTX_ALWAYS_INLINE {
+    return inv_rms_of(sum_squares(isa, n, [&](int64_t i, int64_t k) LTX_ALWAYS_INLINE {
                         if (k == kLanes) {
                           store16(isa, out + i, fn(load16(isa, in + i)...));
                           return load16(isa, out + i);  // the rounded values, forwarded from the store
@@ -319,15 +322,31 @@ __attribute__((target("arch=x86-64-v3"), flatten, noinline)) void run_avx2(const
 
 enum class CpuIsa { Avx512, Avx2, Baseline };
 
+// LTX_CPU_ISA=avx512bf16|avx512|avx2|baseline caps the compilation the ops pick (read once, at the
+// first op call): to time or test on this CPU the code another CPU runs. Unset or unknown: no cap;
+// an ISA this CPU lacks is never picked.
+inline int isa_cap() {
+  static const int cap = [] {
+    const char* v = std::getenv("LTX_CPU_ISA");
+    if (v == nullptr) return 3;
+    if (std::strcmp(v, "baseline") == 0) return 0;
+    if (std::strcmp(v, "avx2") == 0) return 1;
+    if (std::strcmp(v, "avx512") == 0) return 2;
+    return 3;
+  }();
+  return cap;
+}
+
 inline bool cpu_has_avx512bf16() {
-  static const bool yes = __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
+  static const bool yes =
+      isa_cap() >= 3 && __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
   return yes;
 }
 
 inline CpuIsa cpu_isa() {
-  static const CpuIsa isa = __builtin_cpu_supports("x86-64-v4")   ? CpuIsa::Avx512
-                            : __builtin_cpu_supports("x86-64-v3") ? CpuIsa::Avx2
-                                                                  : CpuIsa::Baseline;
+  static const CpuIsa isa = isa_cap() >= 2 && __builtin_cpu_supports("x86-64-v4")   ? CpuIsa::Avx512
+                            : isa_cap() >= 1 && __builtin_cpu_supports("x86-64-v3") ? CpuIsa::Avx2
+                                                                                    : CpuIsa::Baseline;
   return isa;
 }
 #endif
