@@ -69,3 +69,25 @@ def check_repo_id(repo_id: object) -> str:
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise UsageError(f"repo_id must look like 'org/name', got {repo_id!r}")
     return repo_id
+
+
+#: Where a version branch keeps its variant wheels (`<dist>-<version>-<tag>-<label>.whl`) and their variants index.
+WHEELS_DIR = "wheels"
+
+
+def wheel_label(name: str) -> str | None:
+    """The PEP 825 variant label of a wheel file name (`...-manylinux_2_28_x86_64-cu130.whl` -> `cu130`), None for a
+    wheel without one."""
+    stem = name.removesuffix(".whl")
+    parts = stem.split("-")
+    return parts[-1] if name.endswith(".whl") and len(parts) == 6 and not parts[2][:1].isdigit() else None
+
+
+def plain_name(name: str) -> str:
+    """A variant wheel's name without its label: the name installers without variant support accept."""
+    return name.removesuffix(".whl").rsplit("-", 1)[0] + ".whl" if wheel_label(name) else name
+
+
+def variants_index_name(dist: str, version: int | str) -> str:
+    """`<dist>-<version>-variants.json`: PEP 825's file describing every variant wheel of one version."""
+    return f"{dist}-{version}-variants.json"

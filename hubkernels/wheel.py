@@ -12,7 +12,7 @@ Every variant of a kernel version shares one public version; the variant is in t
 
 The wheel's package directory holds exactly the variant's Hub-layout files (metadata.json and its digest
 included), so a wheel, a Hub download and a local build are the same bytes. A version's wheels are described
-together by `<dist>-<version>-variants.json` (`variants_index`).
+together by `<dist>-<version>-variants.json` (`variant_json` of them all).
 """
 
 from __future__ import annotations
@@ -26,12 +26,10 @@ from pathlib import Path
 
 from ._version import __version__
 from .errors import UsageError
-from .layout import shipped_files
+from .layout import plain_name, shipped_files, variants_index_name, wheel_label  # noqa: F401  (re-exported)
 from .metadata import Metadata
 from .system import Variant
 
-#: Where a version branch keeps its wheels and their variants index on the Hub.
-WHEELS_DIR = "wheels"
 #: PEP 825's schema of variant.json / variants.json (variantlib 0.2).
 SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
 NULL_LABEL = "null"
@@ -98,11 +96,6 @@ def variant_json(variants: list[WheelVariant]) -> dict:
             "variants": {v.label: v.as_json() for v in sorted(variants, key=lambda v: v.label)}}
 
 
-def variants_index_name(dist: str, version: int | str) -> str:
-    """`<dist>-<version>-variants.json`: the file describing every variant wheel of one version."""
-    return f"{dist}-{version}-variants.json"
-
-
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
@@ -124,16 +117,12 @@ def wheel_name(meta: Metadata, variant: Variant, manylinux: str | None) -> str:
     return f"{meta.python_name}-{meta.version}-{wheel_tag(variant, manylinux)}-{label}.whl"
 
 
-def plain_name(name: str) -> str:
-    """A variant wheel's name without its label: what installers without variant support accept."""
-    stem = name.removesuffix(".whl")
-    return stem.rsplit("-", 1)[0] + ".whl" if stem.count("-") == 5 else name
+def pack(variant_dir: str | Path, out_dir: str | Path) -> Path:
+    """`build_wheel`, tagged manylinux_2_28 when the variant's modules pass kernel-abi-check's manylinux check."""
+    from .build import check_abi
 
-
-def wheel_label(name: str) -> str | None:
-    """The variant label of a wheel file name, None for a plain wheel."""
-    stem = name.removesuffix(".whl")
-    return stem.rsplit("-", 1)[1] if stem.count("-") == 5 else None
+    portable = not any(p.startswith("manylinux") for so in Path(variant_dir).glob("*.so") for p in check_abi(so))
+    return build_wheel(variant_dir, out_dir, manylinux="manylinux_2_28" if portable else None)
 
 
 def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str | None = "manylinux_2_28") -> Path:

@@ -181,3 +181,38 @@ def test_no_tag_when_asked_not_to(hub, tmp_path: Path) -> None:
     repo_id = new_repo()
     result = upload(make_kernel(tmp_path / "k"), repo_id=repo_id, create_tag=False)
     assert result.tag is None and hf_api().list_repo_refs(repo_id, repo_type="kernel").tags == []
+
+
+def test_upload_pushes_the_variant_wheel_and_index_in_the_layout_commit(hub, ltx_build, tmp_path: Path) -> None:
+    import json
+    import warnings
+
+    from huggingface_hub import hf_hub_download
+
+    from hubkernels.wheel import build_wheel
+
+    repo_id = new_repo()
+    root = Path(__file__).resolve().parent.parent
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a checkout with local changes publishes a dirty build
+        result = upload(root, repo_id=repo_id, variants=[ltx_build.path.name], source=False)
+    local = build_wheel(ltx_build.path, tmp_path / "dist")
+    commits = hf_api().list_repo_commits(repo_id, repo_type="kernel", revision=result.branch)
+    files = remote_files(repo_id, result.commit)
+    parent = remote_files(repo_id, commits[1].commit_id)
+    index = "wheels/ltx_kernels-1-variants.json"
+    added = set(files) - set(parent)
+    assert {f"wheels/{local.name}", index, f"build/{ltx_build.path.name}/metadata.json"} <= added  # one commit
+    pushed = Path(hf_hub_download(repo_id, f"wheels/{local.name}", repo_type="kernel", revision=result.commit,
+                                  cache_dir=tmp_path / "cache"))
+    assert pushed.read_bytes() == local.read_bytes()
+    variants = json.loads(Path(hf_hub_download(repo_id, index, repo_type="kernel", revision=result.commit,
+                                               cache_dir=tmp_path / "cache")).read_text())
+    assert variants["variants"] == {"null": {}}
+    variantlib = pytest.importorskip("variantlib.variants_json")
+    assert "null" in variantlib.VariantsJson(variants).variants
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = upload(root, repo_id=repo_id, variants=[ltx_build.path.name], source=False)
+    assert not again.changed  # the same build packs the same wheel and index

@@ -47,12 +47,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pack(variant_dir: Path, wheel_dir: str) -> Path:
-    """The variant wheel of one built variant (manylinux-tagged when its modules pass the manylinux check)."""
-    from ..build import check_abi
-    from ..wheel import build_wheel
+    from ..wheel import pack
 
-    portable = not any(p.startswith("manylinux") for so in variant_dir.glob("*.so") for p in check_abi(so))
-    return build_wheel(variant_dir, wheel_dir, manylinux="manylinux_2_28" if portable else None)
+    return pack(variant_dir, wheel_dir)
 
 
 def run_matrix(args: argparse.Namespace) -> int:
