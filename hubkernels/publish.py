@@ -8,10 +8,11 @@ variant fits can build that commit (`get_kernel(..., build=True)`). Every upload
 7 hex of the commit>`, an immutable name for exactly what was published (uploading the same files again makes no
 commit and so reuses the tag).
 
-Each CPU or CUDA variant also goes to `wheels/` on the branch as its PEP 825 variant wheel (`hubkernels.wheel`), in
-the same commit as its Hub-layout files, beside `wheels/<dist>-<version>-variants.json`, the index of every variant
-wheel on the branch. `hubkernels serve` lists those wheels as a package index; `get_kernel` downloads the one
-matching this machine as a single artifact.
+Each variant also goes to `wheels/<variant>/` on the branch as one artifact, in the same commit as its Hub-layout
+files: its PEP 825 variant wheel (`hubkernels.wheel`; a wheel without label for a variant PEP 825 cannot describe),
+beside `wheels/<dist>-<version>-variants.json`, the index of every variant wheel on the branch. `hubkernels serve`
+lists the labelled wheels as a package index; `get_kernel` downloads the one of the variant it chose instead of
+its files one by one (`hubkernels.fetch._artifact`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .errors import HubkernelsError, UsageError
 from .layout import WHEELS_DIR, shipped_files, variant_dirs, variants_index_name
 from .metadata import Metadata
 from .system import Variant
-from .wheel import WheelVariant, pack, variant_json, wheel_variant
+from .wheel import WheelVariant, pack, variant_json, variant_or_none
 
 logger = logging.getLogger("hubkernels.publish")
 
@@ -169,10 +170,16 @@ def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch
             stale = [r for r in remote if r.startswith(f"build/{name}/") and r not in local]
             ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
             deleted += stale
-            wheel = _wheel_of(vdir, metas[name], wheel_dir)
-            if wheel is not None:
-                ops.append(CommitOperationAdd(path_in_repo=f"{WHEELS_DIR}/{wheel.name}", path_or_fileobj=str(wheel)))
-                wheel_variants[wheel.name] = wheel_variant(Variant.parse(name), metas[name])
+            wheel = pack(vdir, wheel_dir / name, any_variant=True)
+            target = f"{WHEELS_DIR}/{name}/{wheel.name}"
+            ops.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(wheel)))
+            if not new_branch:  # (on a new branch every remote wheel goes, below)
+                stale = [r for r in remote_wheels if r.startswith(f"{WHEELS_DIR}/{name}/") and r != target]
+                ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
+                deleted += stale
+            wv = variant_or_none(Variant.parse(name), metas[name])
+            if wv is not None:
+                wheel_variants[wheel.name] = wv
             groups.append(ops)
     groups.append(source_ops)
     if new_branch:  # a fresh branch forked from main keeps no build (or wheel) of another version
@@ -216,22 +223,13 @@ def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch
     return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
 
 
-def _wheel_of(variant_dir: Path, meta: Metadata, out: Path) -> Path | None:
-    """The variant wheel of a built variant, None for a variant PEP 825 cannot describe (noarch CUDA, ROCm, ...)."""
-    try:
-        wheel_variant(Variant.parse(variant_dir.name), meta)
-    except (UsageError, ValueError):
-        return None
-    return pack(variant_dir, out)
-
-
 def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]
     """{path: None} of the wheels on `branch`, and {path: bytes} of its variants index (read to merge into)."""
     from huggingface_hub import RepoFile, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     try:
-        paths = [f.path for f in api.list_repo_tree(repo_id, path_in_repo=WHEELS_DIR, revision=branch,
+        paths = [f.path for f in api.list_repo_tree(repo_id, path_in_repo=WHEELS_DIR, recursive=True, revision=branch,
                                                     repo_type="kernel") if isinstance(f, RepoFile)]
     except (EntryNotFoundError, RevisionNotFoundError):
         return {}

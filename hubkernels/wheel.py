@@ -111,27 +111,41 @@ def wheel_tag(variant: Variant, manylinux: str | None) -> str:
     return "py3-none-any" if variant.kind == "noarch" else f"cp310-abi3-{_platform(variant, manylinux)}"
 
 
-def wheel_name(meta: Metadata, variant: Variant, manylinux: str | None) -> str:
-    """The variant wheel's file name: `<dist>-<version>-<tag>-<label>.whl` (PEP 427 + PEP 825)."""
-    label = wheel_variant(variant, meta).label
-    return f"{meta.python_name}-{meta.version}-{wheel_tag(variant, manylinux)}-{label}.whl"
+def wheel_name(meta: Metadata, variant: Variant, manylinux: str | None, wv: WheelVariant | None = None) -> str:
+    """The wheel's file name: `<dist>-<version>-<tag>-<label>.whl` (PEP 427 + PEP 825), without the label for a
+    variant PEP 825 cannot describe (`variant_or_none`)."""
+    base = f"{meta.python_name}-{meta.version}-{wheel_tag(variant, manylinux)}"
+    return f"{base}-{wv.label}.whl" if wv is not None else f"{base}.whl"
 
 
-def pack(variant_dir: str | Path, out_dir: str | Path) -> Path:
+def variant_or_none(variant: Variant, meta: Metadata) -> WheelVariant | None:
+    """`wheel_variant`, or None for a variant without one (noarch CUDA, ROCm, ...)."""
+    try:
+        return wheel_variant(variant, meta)
+    except UsageError:
+        return None
+
+
+def pack(variant_dir: str | Path, out_dir: str | Path, *, any_variant: bool = False) -> Path:
     """`build_wheel`, tagged manylinux_2_28 when the variant's modules pass kernel-abi-check's manylinux check."""
     from .build import check_abi
 
     portable = not any(p.startswith("manylinux") for so in Path(variant_dir).glob("*.so") for p in check_abi(so))
-    return build_wheel(variant_dir, out_dir, manylinux="manylinux_2_28" if portable else None)
+    return build_wheel(variant_dir, out_dir, manylinux="manylinux_2_28" if portable else None,
+                       any_variant=any_variant)
 
 
-def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str | None = "manylinux_2_28") -> Path:
-    """Write the variant wheel of one built variant into `out_dir` and return its path (same bytes each time)."""
+def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str | None = "manylinux_2_28",
+                any_variant: bool = False) -> Path:
+    """Write the variant wheel of one built variant into `out_dir` and return its path (same bytes each time).
+
+    `any_variant=True`: a variant PEP 825 cannot describe gets a wheel without label or variant.json (the
+    loader's artifact of it, which the package index does not list) instead of a UsageError."""
     variant_dir = Path(variant_dir)
     meta = Metadata.read(variant_dir)
     variant = Variant.parse(variant_dir.name)
-    wv = wheel_variant(variant, meta)
-    name = wheel_name(meta, variant, manylinux)
+    wv = variant_or_none(variant, meta) if any_variant else wheel_variant(variant, meta)
+    name = wheel_name(meta, variant, manylinux, wv)
     dist, version = meta.python_name, str(meta.version)
     info = f"{dist}-{version}.dist-info"
     requires = []
@@ -148,7 +162,8 @@ def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str 
     files[f"{info}/WHEEL"] = "\n".join(
         ["Wheel-Version: 1.0", f"Generator: hubkernels {__version__}", "Root-Is-Purelib: false",
          f"Tag: {wheel_tag(variant, manylinux)}", ""]).encode()
-    files[f"{info}/variant.json"] = (json.dumps(variant_json([wv]), indent=2, sort_keys=True) + "\n").encode()
+    if wv is not None:
+        files[f"{info}/variant.json"] = (json.dumps(variant_json([wv]), indent=2, sort_keys=True) + "\n").encode()
     record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in files.items()] + [f"{info}/RECORD,,"]
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out = Path(out_dir)

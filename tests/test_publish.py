@@ -183,6 +183,15 @@ def test_no_tag_when_asked_not_to(hub, tmp_path: Path) -> None:
     assert result.tag is None and hf_api().list_repo_refs(repo_id, repo_type="kernel").tags == []
 
 
+def test_a_variant_pep_825_cannot_describe_still_gets_its_artifact(hub, tmp_path: Path) -> None:
+    repo_id = new_repo()
+    result = upload(make_kernel(tmp_path / "k", backends=("cpu", "cuda")), repo_id=repo_id)
+    wheels = sorted(p for p in remote_files(repo_id, result.commit) if p.startswith("wheels/"))
+    assert wheels == ["wheels/tiny_act-1-variants.json",
+                      "wheels/torch-cpu/tiny_act-1-py3-none-any-null.whl",
+                      "wheels/torch-cuda/tiny_act-1-py3-none-any.whl"]  # no label: only the loader reads it
+
+
 def test_upload_pushes_the_variant_wheel_and_index_in_the_layout_commit(hub, ltx_build, tmp_path: Path) -> None:
     import json
     import warnings
@@ -202,8 +211,9 @@ def test_upload_pushes_the_variant_wheel_and_index_in_the_layout_commit(hub, ltx
     parent = remote_files(repo_id, commits[1].commit_id)
     index = "wheels/ltx_kernels-1-variants.json"
     added = set(files) - set(parent)
-    assert {f"wheels/{local.name}", index, f"build/{ltx_build.path.name}/metadata.json"} <= added  # one commit
-    pushed = Path(hf_hub_download(repo_id, f"wheels/{local.name}", repo_type="kernel", revision=result.commit,
+    wheel = f"wheels/{ltx_build.path.name}/{local.name}"
+    assert {wheel, index, f"build/{ltx_build.path.name}/metadata.json"} <= added  # in the layout's commit
+    pushed = Path(hf_hub_download(repo_id, wheel, repo_type="kernel", revision=result.commit,
                                   cache_dir=tmp_path / "cache"))
     assert pushed.read_bytes() == local.read_bytes()
     variants = json.loads(Path(hf_hub_download(repo_id, index, repo_type="kernel", revision=result.commit,

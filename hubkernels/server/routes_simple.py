@@ -1,6 +1,7 @@
 """A package index over the variant wheels of the kernel repos (PEP 503 HTML, PEP 691 JSON, PEP 825 variants).
 
-`hubkernels upload` puts each variant's wheel under ``wheels/`` of a ``v<N>`` branch; this module lists them:
+`hubkernels upload` puts each variant's wheel under ``wheels/<variant>/`` of a ``v<N>`` branch; this module lists
+those with a variant label (a wheel without one is only the loader's artifact of a variant PEP 825 cannot describe):
 
 - ``/simple/<project>/``: every variant wheel (label in its name, for installers with variant support), the
   version's ``<dist>-<version>-variants.json``, and the null variant (the stable-ABI CPU build) once more under its
@@ -110,7 +111,8 @@ def _wheel_requires_python(repo: Repo, entry: Entry, sha256: str) -> str | None:
 
 
 def _published(request: Request) -> Iterator[tuple[Repo, str, Entry]]:
-    """(repo, commit, entry) of every file under ``wheels/`` of a ``v<N>`` branch of a kernel repo the caller reads."""
+    """(repo, commit, entry) of every file under ``wheels/`` (``wheels/<variant>/<wheel>`` and the variants index)
+    of a ``v<N>`` branch of a kernel repo the caller reads."""
     who = _caller(request)
     storage = hub(request).storage
     for repo_type, repo_id in storage.list_repos():
@@ -126,8 +128,19 @@ def _published(request: Request) -> Iterator[tuple[Repo, str, Entry]]:
             if not _BRANCH.fullmatch(branch):
                 continue
             for entry in repo.snapshot(commit).walk(WHEELS_DIR):
-                if entry.type == "file" and entry.path.count("/") == 1:
+                if entry.type == "file":
                     yield repo, commit, entry
+
+
+def _listed_as(path: str, label: str | None) -> list[str]:
+    """The names the file at ``path`` (under ``wheels/``) has in the index of ``label`` (None: the main index)."""
+    name = path.rsplit("/", 1)[1]
+    own = wheel_label(name) if name.endswith(".whl") else None
+    if own is not None:
+        if label is None:
+            return [name] + ([plain_name(name)] if own == "null" else [])
+        return [plain_name(name)] if own == label else []
+    return [name] if label is None and name.endswith("-variants.json") and path.count("/") == 1 else []
 
 
 def _index(request: Request, label: str | None) -> dict[str, dict[str, IndexFile]]:
@@ -135,15 +148,7 @@ def _index(request: Request, label: str | None) -> dict[str, dict[str, IndexFile
     projects: dict[str, dict[str, IndexFile]] = {}
     for repo, commit, entry in _published(request):
         name = entry.path.rsplit("/", 1)[1]
-        names: list[str] = []
-        if name.endswith(".whl"):
-            wheel_lbl = wheel_label(name)
-            if label is None:
-                names = [name] + ([plain_name(name)] if wheel_lbl == "null" else [])
-            elif wheel_lbl == label:
-                names = [plain_name(name)]
-        elif name.endswith("-variants.json") and label is None:
-            names = [name]
+        names = _listed_as(entry.path, label)
         if not names:
             continue
         files = projects.setdefault(project_name(name.split("-", 1)[0]), {})
@@ -223,7 +228,8 @@ async def simple_file(request: Request) -> Response:
         snap = repo.snapshot(commit)
         for entry in snap.walk(WHEELS_DIR):
             name = entry.path.rsplit("/", 1)[1]
-            if entry.type == "file" and filename in (name, plain_name(name)):
+            if entry.type == "file" and filename in {*_listed_as(entry.path, None),
+                                                     *_listed_as(entry.path, wheel_label(name))}:
                 return IndexFile(filename, repo, commit, entry, "", None)
         raise HubError(404, f"No file {filename!r} under {WHEELS_DIR}/ of {repo.repo_id}@{commit[:7]}.")
 
