@@ -33,7 +33,8 @@ from .errors import HubkernelsError, UsageError
 from .layout import WHEELS_DIR, shipped_files, variant_dirs, variants_index_name
 from .metadata import Metadata
 from .system import Variant
-from .wheel import WheelVariant, pack, variant_json, variant_or_none
+from .slice import slice_variant
+from .wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 
 logger = logging.getLogger("hubkernels.publish")
 
@@ -170,16 +171,16 @@ def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch
             stale = [r for r in remote if r.startswith(f"build/{name}/") and r not in local]
             ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
             deleted += stale
-            wheel = pack(vdir, wheel_dir / name, any_variant=True)
-            target = f"{WHEELS_DIR}/{name}/{wheel.name}"
-            ops.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(wheel)))
+            targets = []
+            for wheel, wv in _artifacts(vdir, metas[name], wheel_dir / name):
+                targets.append(f"{WHEELS_DIR}/{name}/{wheel.name}")
+                ops.append(CommitOperationAdd(path_in_repo=targets[-1], path_or_fileobj=str(wheel)))
+                if wv is not None:
+                    wheel_variants[wheel.name] = wv
             if not new_branch:  # (on a new branch every remote wheel goes, below)
-                stale = [r for r in remote_wheels if r.startswith(f"{WHEELS_DIR}/{name}/") and r != target]
+                stale = [r for r in remote_wheels if r.startswith(f"{WHEELS_DIR}/{name}/") and r not in targets]
                 ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
                 deleted += stale
-            wv = variant_or_none(Variant.parse(name), metas[name])
-            if wv is not None:
-                wheel_variants[wheel.name] = wv
             groups.append(ops)
     groups.append(source_ops)
     if new_branch:  # a fresh branch forked from main keeps no build (or wheel) of another version
@@ -221,6 +222,21 @@ def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch
     logger.info("%s: %s %s to %s (commit %s%s)", repo_id, "uploaded" if changed else "unchanged:",
                 ", ".join(built), branch, head[:7], f", tag {tag}" if tag else "")
     return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
+
+
+def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelVariant | None]]:
+    """The variant's wheel, then for a CUDA variant of several archs one slice wheel per arch (`slice`), each
+    with its wheel variant (None for a variant PEP 825 cannot describe)."""
+    variant = Variant.parse(vdir.name)
+    wv = variant_or_none(variant, meta)
+    found: list[tuple[Path, WheelVariant | None]] = [(pack(vdir, out, any_variant=True), wv)]
+    if wv is None or meta.backend_type != "cuda" or len(meta.archs) < 2:
+        return found
+    for arch in meta.archs:
+        sliced = slice_variant(vdir, arch, out / "slices" / arch)
+        props = wheel_variant(variant, Metadata.read(sliced)).properties
+        found.append((pack(sliced, out / arch, sliced=True), WheelVariant(slice_label(wv.label, arch), props)))
+    return found
 
 
 def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]

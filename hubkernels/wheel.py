@@ -28,6 +28,7 @@ from ._version import __version__
 from .errors import UsageError
 from .layout import plain_name, shipped_files, variants_index_name, wheel_label  # noqa: F401  (re-exported)
 from .metadata import Metadata
+from .slice import sm_of
 from .system import Variant
 
 #: PEP 825's schema of variant.json / variants.json (variantlib 0.2).
@@ -126,25 +127,33 @@ def variant_or_none(variant: Variant, meta: Metadata) -> WheelVariant | None:
         return None
 
 
-def pack(variant_dir: str | Path, out_dir: str | Path, *, any_variant: bool = False) -> Path:
+def pack(variant_dir: str | Path, out_dir: str | Path, *, any_variant: bool = False, sliced: bool = False) -> Path:
     """`build_wheel`, tagged manylinux_2_28 when the variant's modules pass kernel-abi-check's manylinux check."""
     from .build import check_abi
 
     portable = not any(p.startswith("manylinux") for so in Path(variant_dir).glob("*.so") for p in check_abi(so))
     return build_wheel(variant_dir, out_dir, manylinux="manylinux_2_28" if portable else None,
-                       any_variant=any_variant)
+                       any_variant=any_variant, sliced=sliced)
+
+
+def slice_label(label: str, arch: str) -> str:
+    """The label of a per-arch slice (`hubkernels.slice`) of the variant labelled `label`: `cu130` -> `cu130_sm90`."""
+    return f"{label}_sm{sm_of(arch)}"
 
 
 def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str | None = "manylinux_2_28",
-                any_variant: bool = False) -> Path:
+                any_variant: bool = False, sliced: bool = False) -> Path:
     """Write the variant wheel of one built variant into `out_dir` and return its path (same bytes each time).
 
     `any_variant=True`: a variant PEP 825 cannot describe gets a wheel without label or variant.json (the
-    loader's artifact of it, which the package index does not list) instead of a UsageError."""
+    loader's artifact of it, which the package index does not list) instead of a UsageError. `sliced=True`: the
+    directory is a one-arch slice of a CUDA variant (`slice_label`)."""
     variant_dir = Path(variant_dir)
     meta = Metadata.read(variant_dir)
     variant = Variant.parse(variant_dir.name)
     wv = variant_or_none(variant, meta) if any_variant else wheel_variant(variant, meta)
+    if sliced and wv is not None and len(meta.archs) == 1:
+        wv = WheelVariant(slice_label(wv.label, meta.archs[0]), wv.properties)
     name = wheel_name(meta, variant, manylinux, wv)
     dist, version = meta.python_name, str(meta.version)
     info = f"{dist}-{version}.dist-info"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from .. import settings
 from ..errors import DigestError
 from ..layout import WHEELS_DIR, wheel_label
+from ..slice import sm_of
 from ._hub import _HASH, DownloadError, KernelNotFoundError, Remote, call, endpoint
 from ._local import RepoState, TreeEntry, _read_json, _write_json, git_blob_id
 
@@ -93,14 +94,36 @@ def _list_wheels(remote: Remote, commit: str) -> dict[str, dict] | None:
 
 
 def artifact_of(tree: dict[str, TreeEntry] | None, variant: str) -> str | None:
-    """The path of `variant`'s artifact in a `wheels/` listing: its fat wheel (the one that is not a per-arch
-    slice); None when the listing has none (a build/ listing, or a variant uploaded without one)."""
+    """The path of `variant`'s artifact in a `wheels/` listing: the slice for the GPU arch this machine has
+    (`seen_arch`) where one is published, else the variant's own (fat) wheel; None when the listing has none (a
+    build/ listing, or a variant uploaded without one)."""
     if tree is None:
         return None
     prefix = f"{WHEELS_DIR}/{variant}/"
     wheels = sorted(p for p in tree if p.startswith(prefix) and p.endswith(".whl") and p.count("/") == 2)
-    fat = [p for p in wheels if not (wheel_label(p.rsplit("/", 1)[1]) or "").rpartition("_")[2].startswith("sm")]
-    return fat[0] if fat else None
+    by_slice: dict[str | None, str] = {}
+    for p in wheels:
+        label = wheel_label(p.rsplit("/", 1)[1]) or ""
+        tail = label.rpartition("_")[2]
+        by_slice.setdefault(tail if tail.startswith("sm") and tail[2:].isdigit() else None, p)
+    seen = seen_arch() if "-cu" in variant else None
+    return by_slice.get(seen) or by_slice.get(None)
+
+
+def seen_arch() -> str | None:
+    """`sm<XY>` of the GPU the loader sees: HUBKERNELS_CUDA_ARCH if set (e.g. `9.0`), else torch's device 0."""
+    arch = settings.cuda_arch()
+    if arch is None:
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                return None
+            major, minor = torch.cuda.get_device_capability()
+            arch = f"{major}.{minor}"
+        except Exception:  # noqa: BLE001  (no usable CUDA here: the fat variant)
+            return None
+    return f"sm{sm_of(arch)}"
 
 
 def install_artifact(state: RepoState, remote: Remote, ref: Ref, variant: str, tree: dict[str, TreeEntry],
