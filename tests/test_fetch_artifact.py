@@ -63,3 +63,15 @@ def test_a_failed_artifact_download_loads_nothing_and_the_next_load_recovers(hub
     state = RepoState(repo_id, cache)
     assert state.local_variants(next(iter(state.refs().versions.values()))) == []  # nothing half-unpacked
     assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 1
+
+
+def test_a_build_listing_cached_by_has_kernel_does_not_turn_the_load_file_by_file(hub, tmp_path: Path) -> None:
+    from hubkernels.fetch import has_kernel
+
+    repo_id = _published(tmp_path, 9)
+    cache = tmp_path / "cache"
+    assert has_kernel(repo_id, version=1, cache_dir=cache)  # lists build/ (and caches it)
+    hub.reset_requests()
+    assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 1
+    paths = [p for _, p in api_requests(hub)]
+    assert any(p.endswith("/wheels") for p in paths) and not any("/resolve/" in p for p in paths)

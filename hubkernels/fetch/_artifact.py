@@ -1,13 +1,15 @@
 """A cold load in a constant number of requests: one listing of `wheels/`, one artifact per variant.
 
-`hubkernels upload` puts each variant's wheel under `wheels/<variant>/` of the version branch. When a commit has
-them, the loader lists `wheels/` (one request, whatever the number of files in a variant), chooses the variant
-from the directory names, downloads that variant's wheel as one file, checks it against the sha256 the listing
-gave, and unpacks its package directory into the cache's `build/<variant>/` in one rename. The files are then
-verified against metadata.json's digest as for any download. A repo without `wheels/` (published by
-kernel-builder) is listed and downloaded file by file as before (`_verify`).
+`hubkernels upload` puts each variant's wheel (and per-arch slices of a CUDA variant) under `wheels/<variant>/` of
+the version branch. When a commit has them, the loader lists `wheels/` (one request, whatever the number of files
+in a variant), chooses the variant from the directory names as it would from build/, downloads that variant's
+artifact (the slice of the GPU arch it sees, else the variant's wheel) as one file, checks it against the sha256
+the listing gave, and unpacks its package directory into the cache's `build/<variant>/` in one rename. The files
+are then verified against metadata.json's digest as for any download. A repo without `wheels/` (published by
+kernel-builder) is listed and downloaded file by file as before (`_verify`). docs/wheels.md has the design.
 
-The listing of `wheels/` is kept per commit in `hubkernels/trees/<commit>.wheels.json` (a commit never changes).
+The listing of `wheels/` is kept per commit in `hubkernels/trees/<commit>.wheels.json` (a commit never changes),
+and `<commit>.wheels.none` records that a commit has none.
 """
 
 from __future__ import annotations
@@ -34,32 +36,37 @@ if TYPE_CHECKING:
 logger = logging.getLogger("hubkernels.fetch")
 
 
-
 def _wheels_path(state: RepoState, commit: str) -> Path:
     return state.root / "trees" / f"{commit}.wheels.json"
 
 
 def listing(state: RepoState, remote: Remote, commit: str) -> dict[str, TreeEntry] | None:
-    """What the loader chooses a variant from: the cached listing of `commit` (build/ or wheels/), else the Hub's
-    `wheels/` listing, else (no wheels: a kernel-builder repo) its `build/` listing. None offline with nothing."""
-    cached = state.tree(commit)
-    if cached is not None:
-        return cached
+    """What the loader chooses a variant from: the `wheels/` listing of `commit` (cached, else the Hub's), else
+    (no wheels: a kernel-builder repo) its `build/` listing (cached, else the Hub's). None offline with nothing."""
     data = _read_json(_wheels_path(state, commit))
     if isinstance(data, dict):
         try:
             return {p: TreeEntry(int(e["size"]), str(e["blob_id"]), e.get("lfs_sha256")) for p, e in data.items()}
         except (KeyError, TypeError, ValueError):
             pass
+    cached = state.tree(commit)
+    if cached is not None and (settings.offline() or _no_wheels(state, commit)):
+        return cached
     if settings.offline():
         return None
     found = _list_wheels(remote, commit)
     if found is None:
-        tree = remote.build_tree(commit)
+        _write_json(_wheels_path(state, commit).with_suffix(".none"), {})  # asked once: this commit has none
+        tree = cached or remote.build_tree(commit)
         state.save_tree(commit, tree)
         return tree
     _write_json(_wheels_path(state, commit), found)
     return {p: TreeEntry(int(e["size"]), str(e["blob_id"]), e.get("lfs_sha256")) for p, e in found.items()}
+
+
+def _no_wheels(state: RepoState, commit: str) -> bool:
+    """Whether the Hub already said `commit` has no wheels/ (so its build/ listing is all there is)."""
+    return _wheels_path(state, commit).with_suffix(".none").is_file()
 
 
 def _list_wheels(remote: Remote, commit: str) -> dict[str, dict] | None:
