@@ -146,7 +146,9 @@ def _secret_kernel(root: Path, repo_id: str) -> Path:
 def test_private_repo_wheels_are_listed_only_with_its_token(hub, tmp_path: Path) -> None:
     from hubfixture import TEST_TOKEN
 
-    upload(_secret_kernel(tmp_path / "k", f"someone/secret-{uuid.uuid4().hex[:8]}"), private=True)
+    repo_id = f"someone/secret-{uuid.uuid4().hex[:8]}"
+    upload(_secret_kernel(tmp_path / "k", repo_id), private=True)
+    hub.reset_requests()
 
     anonymous = _get(f"{hub.url}/simple/", headers={"Accept": JSON}).json()
     assert "secret-act" not in {p["name"] for p in anonymous["projects"]}
@@ -159,3 +161,4 @@ def test_private_repo_wheels_are_listed_only_with_its_token(hub, tmp_path: Path)
     assert _get(f"{hub.url}/simple/secret-act/", headers=basic).status_code == 200  # pip's index credentials
     url = next(f["url"] for f in files if f["filename"].endswith(".whl"))
     assert _get(url).status_code == 404 and _get(url, headers=bearer).status_code == 200
+    assert not any(repo_id in r["path"] for r in hub.requests())  # the index's URLs name no private repo

@@ -12,7 +12,8 @@ those with a variant label (a wheel without one is only the loader's artifact of
 
 A caller sees the wheels of the repos it may read (a private repo's need its token, sent as a bearer token or as
 the password of HTTP basic auth, which is how pip and uv send index credentials). Files are served from
-``/simple/-/files/<org>/<name>/<commit>/<file name>``, with their sha256 and ``Requires-Python`` in the listing.
+``/simple/-/files/<sha256>/<file name>`` (a URL that names no repository, so neither does the request log), with
+their sha256 and ``Requires-Python`` in the listing.
 """
 
 from __future__ import annotations
@@ -166,7 +167,8 @@ def _wants_json(request: Request) -> bool:
 
 
 def _file_url(request: Request, f: IndexFile) -> str:
-    return f"{str(request.base_url).rstrip('/')}/simple/-/files/{f.repo.repo_id}/{f.commit}/{f.filename}"
+    """Content-addressed, so neither the URL nor the hub's request log names the (maybe private) repository."""
+    return f"{str(request.base_url).rstrip('/')}/simple/-/files/{f.sha256}/{f.filename}"
 
 
 def _root_page(request: Request, projects: list[str]) -> Response:
@@ -218,20 +220,16 @@ async def simple_project(request: Request) -> Response:
 async def simple_file(request: Request) -> Response:
     filename = param(request, "filename")
 
+    sha256 = param(request, "sha256")
+
     def find() -> IndexFile:
-        who = _caller(request)
-        storage = hub(request).storage
-        repo = storage.repo("kernel", f"{param(request, 'org')}/{param(request, 'name')}")
-        if not _may_read(who, repo):
-            raise HubError(404, f"No file {filename!r} here (or its repository is private: send its token).")
-        commit = repo.resolve(param(request, "commit"))
-        snap = repo.snapshot(commit)
-        for entry in snap.walk(WHEELS_DIR):
+        for repo, commit, entry in _published(request):  # only repos the caller may read
             name = entry.path.rsplit("/", 1)[1]
-            if entry.type == "file" and filename in {*_listed_as(entry.path, None),
-                                                     *_listed_as(entry.path, wheel_label(name))}:
-                return IndexFile(filename, repo, commit, entry, "", None)
-        raise HubError(404, f"No file {filename!r} under {WHEELS_DIR}/ of {repo.repo_id}@{commit[:7]}.")
+            listed = {*_listed_as(entry.path, None), *_listed_as(entry.path, wheel_label(name))}
+            if filename in listed and _sha256(repo, entry) == sha256:
+                return IndexFile(filename, repo, commit, entry, sha256, None)
+        raise HubError(404, f"No file {filename!r} with sha256 {sha256[:12]}... on this index (or its repository "
+                            "is private: send its token).")
 
     found = await run_in_threadpool(find)
     headers = {"Content-Length": str(found.entry.size), "ETag": f'"{found.entry.etag}"',
@@ -252,6 +250,6 @@ def simple_routes() -> list[Route]:
         Route("/simple/", simple_root, methods=["GET"]),
         Route("/simple/-/variant/{label}/", simple_root, methods=["GET"]),
         Route("/simple/-/variant/{label}/{project}/", simple_project, methods=["GET"]),
-        Route("/simple/-/files/{org}/{name}/{commit}/{filename}", simple_file, methods=["GET"]),
+        Route("/simple/-/files/{sha256}/{filename}", simple_file, methods=["GET"]),
         Route("/simple/{project}/", simple_project, methods=["GET"]),
     ]
