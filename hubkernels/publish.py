@@ -69,6 +69,7 @@ class UploadResult:
     deleted: tuple[str, ...]
     changed: bool
     url: str
+    wheels: tuple[str, ...] = ()  # the artifacts committed under wheels/ (variant wheels and per-arch slices)
 
 
 def check_client() -> None:
@@ -221,7 +222,9 @@ def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch
     url = f"{repo_url}/tree/{branch}"
     logger.info("%s: %s %s to %s (commit %s%s)", repo_id, "uploaded" if changed else "unchanged:",
                 ", ".join(built), branch, head[:7], f", tag {tag}" if tag else "")
-    return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
+    return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url,
+                        tuple(op.path_in_repo for g in groups for op in g if isinstance(op, CommitOperationAdd)
+                              and op.path_in_repo.endswith(".whl")))
 
 
 def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelVariant | None]]:
@@ -435,6 +438,8 @@ def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
     state = "uploaded" if result.changed else "unchanged (already published)"
     print(f"{result.repo_id}@{result.branch}: {state} {', '.join(result.variants)}")
     print(f"  commit {result.commit}" + (f", tag {result.tag}" if result.tag else ""))
+    if result.wheels:
+        print(f"  {len(result.wheels)} wheel(s) under wheels/ (pip install --index-url <hub>/simple ...)")
     if result.deleted:
         print(f"  deleted {len(result.deleted)} stale file(s)")
     print(f'  load it: hubkernels.get_kernel("{result.repo_id}", version={result.version})')

@@ -172,6 +172,7 @@ def test_cli_upload_prints_how_to_load_and_errors_in_one_line(hub, tmp_path: Pat
     assert cli.main(["upload", str(root), "--repo-id", repo_id]) == 0
     out = capsys.readouterr().out
     assert f"{repo_id}@v1: uploaded torch-cpu" in out and f'get_kernel("{repo_id}", version=1)' in out
+    assert "1 wheel(s) under wheels/" in out
     assert cli.main(["upload", str(root)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("hubkernels upload: error: no repo id") and "\n" not in err
