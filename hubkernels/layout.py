@@ -53,7 +53,7 @@ def variant_dirs(path: str | Path) -> tuple[Path, dict[str, Path]]:
     """Where a local kernel's variants live: `path/build/*`, `path/*`, or `path` itself if it is one."""
     root = Path(path).expanduser().resolve()
     if (root / METADATA).is_file():
-        return root.parent, {root.name: root}
+        return root.parent, {installed_variant(root) or root.name: root}
     for base in (root / BUILD_DIR, root):
         found = {p.name: p for p in sorted(base.iterdir()) if (p / METADATA).is_file()} if base.is_dir() else {}
         if found:
@@ -62,6 +62,23 @@ def variant_dirs(path: str | Path) -> tuple[Path, dict[str, Path]]:
         f"No build variants under {root} (looked for */{METADATA} in {root / BUILD_DIR} and {root}). "
         f"Run `hubkernels build {path}` first."
     )
+
+
+#: The file of an installed variant wheel's dist-info that names the Hub variant its package directory is.
+VARIANT_RECORD = "HUBKERNELS_VARIANT"
+
+
+def installed_variant(package_dir: Path) -> str | None:
+    """The Hub variant name of a kernel package a variant wheel installed (`site-packages/ltx_kernels`), read from
+    its dist-info's `VARIANT_RECORD`; None for anything else."""
+    for info in sorted(package_dir.parent.glob(f"{package_dir.name}-*.dist-info")):
+        try:
+            name = (info / VARIANT_RECORD).read_text().strip()
+        except OSError:
+            continue
+        if name and "/" not in name and name not in (".", ".."):
+            return name
+    return None
 
 
 def check_repo_id(repo_id: object) -> str:

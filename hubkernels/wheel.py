@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ._version import __version__
 from .errors import UsageError
-from .layout import plain_name, shipped_files, variants_index_name, wheel_label  # noqa: F401  (re-exported)
+from .layout import VARIANT_RECORD, plain_name, shipped_files, variants_index_name, wheel_label  # noqa: F401  (re-exported)
 from .metadata import Metadata
 from .slice import sm_of
 from .system import Variant
@@ -171,6 +171,7 @@ def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str 
     files[f"{info}/WHEEL"] = "\n".join(
         ["Wheel-Version: 1.0", f"Generator: hubkernels {__version__}", "Root-Is-Purelib: false",
          f"Tag: {wheel_tag(variant, manylinux)}", ""]).encode()
+    files[f"{info}/{VARIANT_RECORD}"] = f"{variant_dir.name}\n".encode()  # get_local_kernel(installed package)
     if wv is not None:
         files[f"{info}/variant.json"] = (json.dumps(variant_json([wv]), indent=2, sort_keys=True) + "\n").encode()
     record = [f"{path},{_record_hash(data)},{len(data)}" for path, data in files.items()] + [f"{info}/RECORD,,"]

@@ -91,6 +91,10 @@ def test_pip_installs_ltx_kernels_from_the_index_and_its_ops_run(hub, published,
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True).stdout.strip()
     assert "ops ok" in _run([str(python), "-c", OPS_CHECK.format(site=site)], PYTHONPATH="").stdout
+    local = (f"import torch, hubkernels; k = hubkernels.get_local_kernel({site + '/ltx_kernels'!r}, verify=True); "
+             "x = torch.randn(4, 64); print(torch.allclose(k.gelu_tanh(x), torch.nn.functional.gelu(x, "
+             "approximate='tanh'), atol=1e-5))")
+    assert _run([str(python), "-c", local], PYTHONPATH=str(ROOT)).stdout.split()[-1] == "True"  # as a local build
 
 
 def test_uv_installs_ltx_kernels_from_the_index_and_its_ops_run(hub, published, tmp_path: Path) -> None:
