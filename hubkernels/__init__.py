@@ -42,6 +42,7 @@ _EXPORTS = {
     "ServeError": "hubkernels.server.background",
     "XetFormatError": "hubkernels.server.xet_format",
     "PublishError": "hubkernels.publish",
+    "SliceError": "hubkernels.slice",
     "LockFileError": "hubkernels.lock",
     "KernelNotFoundError": "hubkernels.fetch",
     "UntrustedKernelError": "hubkernels.fetch",

@@ -6,8 +6,9 @@ Starts the local Hub in a temporary directory, builds the kernel at PATH (defaul
 this machine, publishes it as `hubkernels/<name>`, then loads it in new Python processes with each loader.
 Each process imports torch first and times `get_kernel(repo, version=1)` from there (importing the loader
 included), so the numbers are "time over the torch import". Requests are read from the Hub's own log;
-huggingface_hub's once-a-day telemetry registry (`/api/agent-harnesses`) is reported apart. Cold: an empty
-cache per process. Warm: the cache filled by a cold run. "again" is a second `get_kernel` call in the same process.
+huggingface_hub's once-a-day telemetry registry (`/api/agent-harnesses`) and hf_xet's transfer telemetry
+(`/v1/telemetry`, posted in the background) are reported apart. Cold: an empty cache per process, Xet's chunk
+cache included. Warm: the cache filled by a cold run. "again" is a second `get_kernel` call in the same process.
 """
 
 from __future__ import annotations
@@ -50,12 +51,15 @@ _AGAIN = {
 }
 
 
+_TELEMETRY = ("/api/agent-harnesses", "/v1/telemetry")
+
+
 def _requests(hub: Any) -> tuple[list[str], int]:
-    """The requests since the last reset, without huggingface_hub's telemetry registry; and how many of those."""
+    """The requests since the last reset, without the clients' telemetry; and how many telemetry requests."""
     log = hub.requests()
     hub.reset_requests()
-    return ([f"{r['method']} {r['path']}" for r in log if r["path"] != "/api/agent-harnesses"],
-            sum(1 for r in log if r["path"] == "/api/agent-harnesses"))
+    return ([f"{r['method']} {r['path']}" for r in log if r["path"] not in _TELEMETRY],
+            sum(1 for r in log if r["path"] in _TELEMETRY))
 
 
 def _run(loader: str, repo: str, cache: Path, hub: Any) -> dict[str, Any]:
@@ -63,7 +67,8 @@ def _run(loader: str, repo: str, cache: Path, hub: Any) -> dict[str, Any]:
     code = _CHILD.format(load=LOADERS[loader].format(repo=repo), load_again=_AGAIN[loader].format(repo=repo))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # cache bytecode, as users do
     hub.reset_requests()
-    proc = subprocess.Popen([sys.executable, "-c", code], env={**env, "HF_HUB_CACHE": str(cache)}, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", code], text=True,
+                            env={**env, "HF_HUB_CACHE": str(cache), "HF_XET_CACHE": str(cache / "xet")},
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdin is not None
     for line in proc.stdout:  # the first call is done when the child says so

@@ -53,7 +53,7 @@ def variant_dirs(path: str | Path) -> tuple[Path, dict[str, Path]]:
     """Where a local kernel's variants live: `path/build/*`, `path/*`, or `path` itself if it is one."""
     root = Path(path).expanduser().resolve()
     if (root / METADATA).is_file():
-        return root.parent, {root.name: root}
+        return root.parent, {installed_variant(root) or root.name: root}
     for base in (root / BUILD_DIR, root):
         found = {p.name: p for p in sorted(base.iterdir()) if (p / METADATA).is_file()} if base.is_dir() else {}
         if found:
@@ -64,8 +64,47 @@ def variant_dirs(path: str | Path) -> tuple[Path, dict[str, Path]]:
     )
 
 
+#: The file of an installed variant wheel's dist-info that names the Hub variant its package directory is.
+VARIANT_RECORD = "HUBKERNELS_VARIANT"
+
+
+def installed_variant(package_dir: Path) -> str | None:
+    """The Hub variant name of a kernel package a variant wheel installed (`site-packages/ltx_kernels`), read from
+    its dist-info's `VARIANT_RECORD`; None for anything else."""
+    for info in sorted(package_dir.parent.glob(f"{package_dir.name}-*.dist-info")):
+        try:
+            name = (info / VARIANT_RECORD).read_text().strip()
+        except OSError:
+            continue
+        if name and "/" not in name and name not in (".", ".."):
+            return name
+    return None
+
+
 def check_repo_id(repo_id: object) -> str:
     """`repo_id` if it looks like the Hub's `org/name`; a UsageError saying so otherwise."""
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise UsageError(f"repo_id must look like 'org/name', got {repo_id!r}")
     return repo_id
+
+
+#: Where a version branch keeps its variant wheels (`<dist>-<version>-<tag>-<label>.whl`) and their variants index.
+WHEELS_DIR = "wheels"
+
+
+def wheel_label(name: str) -> str | None:
+    """The PEP 825 variant label of a wheel file name (`...-manylinux_2_28_x86_64-cu130.whl` -> `cu130`), None for a
+    wheel without one."""
+    stem = name.removesuffix(".whl")
+    parts = stem.split("-")
+    return parts[-1] if name.endswith(".whl") and len(parts) == 6 and not parts[2][:1].isdigit() else None
+
+
+def plain_name(name: str) -> str:
+    """A variant wheel's name without its label: the name installers without variant support accept."""
+    return name.removesuffix(".whl").rsplit("-", 1)[0] + ".whl" if wheel_label(name) else name
+
+
+def variants_index_name(dist: str, version: int | str) -> str:
+    """`<dist>-<version>-variants.json`: PEP 825's file describing every variant wheel of one version."""
+    return f"{dist}-{version}-variants.json"

@@ -7,13 +7,21 @@ The kernel's source (build.toml and the files it names) goes to `source/` on the
 variant fits can build that commit (`get_kernel(..., build=True)`). Every upload is also tagged `v<version>-<first
 7 hex of the commit>`, an immutable name for exactly what was published (uploading the same files again makes no
 commit and so reuses the tag).
+
+Each variant also goes to `wheels/<variant>/` on the branch as one artifact, in the same commit as its Hub-layout
+files: its PEP 825 variant wheel (`hubkernels.wheel`; a wheel without label for a variant PEP 825 cannot describe),
+beside `wheels/<dist>-<version>-variants.json`, the index of every variant wheel on the branch. `hubkernels serve`
+lists the labelled wheels as a package index; `get_kernel` downloads the one of the variant it chose instead of
+its files one by one (`hubkernels.fetch._artifact`).
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import logging
 import re
+import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,9 +30,11 @@ from pathlib import Path
 from .config import BuildConfig, load_config
 from .digest import violations
 from .errors import HubkernelsError, UsageError
-from .layout import shipped_files, variant_dirs
+from .layout import WHEELS_DIR, shipped_files, variant_dirs, variants_index_name
 from .metadata import Metadata
 from .system import Variant
+from .slice import slice_variant
+from .wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 
 logger = logging.getLogger("hubkernels.publish")
 
@@ -59,6 +69,7 @@ class UploadResult:
     deleted: tuple[str, ...]
     changed: bool
     url: str
+    wheels: tuple[str, ...] = ()  # the artifacts committed under wheels/ (variant wheels and per-arch slices)
 
 
 def check_client() -> None:
@@ -101,9 +112,8 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
 
     `repo_id` defaults to `[general.hub] repo-id` of build.toml. Returns what was committed and tagged.
     """
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, RepoFile
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RevisionNotFoundError
-    from huggingface_hub.utils import tqdm
+    from huggingface_hub import RepoFile
+    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     from .hub import api as make_api
 
@@ -130,8 +140,27 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     except (EntryNotFoundError, RevisionNotFoundError):
         remote = []
     source_ops = _source_ops(api, repo_id, branch, config) if source else []
+    wheels_tmp = tempfile.TemporaryDirectory(prefix="hubkernels-wheels-")
+    try:
+        return _commit_upload(api, config, repo_id, repo_url, branch, branches, new_branch, remote, source_ops,
+                              built, metas, Path(wheels_tmp.name), create_tag=create_tag)
+    finally:
+        wheels_tmp.cleanup()
+
+
+def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch: str,  # type: ignore[no-untyped-def]
+                   branches: dict[str, str], new_branch: bool, remote: list[str], source_ops: list,
+                   built: dict[str, Path], metas: dict[str, Metadata], wheel_dir: Path, *,
+                   create_tag: bool) -> UploadResult:
+    """Commit the variants (with their wheels), the source and the card; tag the result."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import tqdm
+
     groups: list[list] = []
     deleted: list[str] = []
+    remote_wheels = _remote_wheels(api, repo_id, branch)
+    wheel_variants: dict[str, WheelVariant] = {}
     with tqdm(total=sum(len(_shipped_files(d)) for d in built.values()), desc=f"Hashing {len(built)} variant(s)",
               unit="file", leave=False) as bar:
         for name, vdir in built.items():
@@ -143,12 +172,26 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
             stale = [r for r in remote if r.startswith(f"build/{name}/") and r not in local]
             ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
             deleted += stale
+            targets = []
+            for wheel, wv in _artifacts(vdir, metas[name], wheel_dir / name):
+                targets.append(f"{WHEELS_DIR}/{name}/{wheel.name}")
+                ops.append(CommitOperationAdd(path_in_repo=targets[-1], path_or_fileobj=str(wheel)))
+                if wv is not None:
+                    wheel_variants[wheel.name] = wv
+            if not new_branch:  # (on a new branch every remote wheel goes, below)
+                stale = [r for r in remote_wheels if r.startswith(f"{WHEELS_DIR}/{name}/") and r not in targets]
+                ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
+                deleted += stale
             groups.append(ops)
     groups.append(source_ops)
-    if new_branch:  # a fresh branch forked from main keeps no build of another version
-        orphans = [r for r in remote if r.split("/")[1] not in built]
+    if new_branch:  # a fresh branch forked from main keeps no build (or wheel) of another version
+        orphans = [r for r in remote if r.split("/")[1] not in built] + list(remote_wheels)
         groups.append([CommitOperationDelete(path_in_repo=r) for r in orphans])
         deleted += orphans
+    if wheel_variants:
+        index = _variants_index({} if new_branch else remote_wheels, wheel_variants)
+        index_path = f"{WHEELS_DIR}/{variants_index_name(config.python_name, config.general.version)}"
+        groups.append([CommitOperationAdd(path_in_repo=index_path, path_or_fileobj=index)])
     head = branches[branch]
     start = head
     batches = _batches([g for g in groups if g])
@@ -179,7 +222,52 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     url = f"{repo_url}/tree/{branch}"
     logger.info("%s: %s %s to %s (commit %s%s)", repo_id, "uploaded" if changed else "unchanged:",
                 ", ".join(built), branch, head[:7], f", tag {tag}" if tag else "")
-    return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url)
+    return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url,
+                        tuple(op.path_in_repo for g in groups for op in g if isinstance(op, CommitOperationAdd)
+                              and op.path_in_repo.endswith(".whl")))
+
+
+def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelVariant | None]]:
+    """The variant's wheel, then for a CUDA variant of several archs one slice wheel per arch (`slice`), each
+    with its wheel variant (None for a variant PEP 825 cannot describe)."""
+    variant = Variant.parse(vdir.name)
+    wv = variant_or_none(variant, meta)
+    found: list[tuple[Path, WheelVariant | None]] = [(pack(vdir, out, any_variant=True), wv)]
+    if wv is None or meta.backend_type != "cuda" or len(meta.archs) < 2:
+        return found
+    for arch in meta.archs:
+        sliced = slice_variant(vdir, arch, out / "slices" / arch)
+        props = wheel_variant(variant, Metadata.read(sliced)).properties
+        found.append((pack(sliced, out / arch, sliced=True), WheelVariant(slice_label(wv.label, arch), props)))
+    return found
+
+
+def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]
+    """{path: None} of the wheels on `branch`, and {path: bytes} of its variants index (read to merge into)."""
+    from huggingface_hub import RepoFile, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
+
+    try:
+        paths = [f.path for f in api.list_repo_tree(repo_id, path_in_repo=WHEELS_DIR, recursive=True, revision=branch,
+                                                    repo_type="kernel") if isinstance(f, RepoFile)]
+    except (EntryNotFoundError, RevisionNotFoundError):
+        return {}
+    out: dict[str, bytes | None] = {}
+    for path in paths:
+        out[path] = Path(hf_hub_download(repo_id, path, repo_type="kernel", revision=branch)).read_bytes() \
+            if path.endswith("-variants.json") else None
+    return out
+
+
+def _variants_index(remote: dict[str, bytes | None], uploaded: dict[str, WheelVariant]) -> bytes:
+    """The branch's variants index: the variants it listed before, with those of this upload replacing theirs."""
+    variants = {wv.label: wv for wv in uploaded.values()}
+    for data in remote.values():
+        for label, props in (json.loads(data).get("variants", {}) if data is not None else {}).items():
+            variants.setdefault(label, WheelVariant(label, tuple(sorted(
+                (ns, feature, value) for ns, features in props.items() for feature, values in features.items()
+                for value in values))))
+    return (json.dumps(variant_json(list(variants.values())), indent=2, sort_keys=True) + "\n").encode()
 
 
 def source_files(config: BuildConfig) -> dict[str, Path]:
@@ -366,6 +454,8 @@ def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
     state = "uploaded" if result.changed else "unchanged (already published)"
     print(f"{result.repo_id}@{result.branch}: {state} {', '.join(result.variants)}")
     print(f"  commit {result.commit}" + (f", tag {result.tag}" if result.tag else ""))
+    if result.wheels:
+        print(f"  {len(result.wheels)} wheel(s) under wheels/ (pip install --index-url <hub>/simple ...)")
     if result.deleted:
         print(f"  deleted {len(result.deleted)} stale file(s)")
     print(f"  load it: {load_hint(result.repo_id, result.version)}")

@@ -63,3 +63,9 @@ def toolchain_dir() -> Path:
         return Path(value).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "hubkernels" / "toolchains"
+
+
+def cuda_arch() -> str | None:
+    """HUBKERNELS_CUDA_ARCH (e.g. `9.0`): the GPU arch the loader assumes when it picks a per-arch slice, instead
+    of asking torch (so a CPU machine can rehearse a GPU's download); None when unset."""
+    return os.environ.get("HUBKERNELS_CUDA_ARCH", "").strip() or None

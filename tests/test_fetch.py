@@ -37,13 +37,19 @@ class Published:
     files: tuple[str, ...]  # the torch-cpu variant's files
 
 
-def _publish(tmp: Path, org: str, backends: tuple[str, ...] = ("cpu", "cuda"), versions: tuple[int, ...] = (1, 2)) \
-        -> Published:
+def _publish(tmp: Path, org: str, backends: tuple[str, ...] = ("cpu", "cuda"), versions: tuple[int, ...] = (1, 2),
+             artifacts: bool = True) -> Published:
+    """tiny-act versions uploaded with `hubkernels upload`; `artifacts=False` then removes wheels/, leaving the
+    layout kernel-builder publishes (loaded file by file)."""
+    from huggingface_hub import HfApi
+
     repo_id = new_repo(org)
     commits, tags = {}, {}
     for v in versions:
         result = upload(make_kernel(tmp / f"v{v}", version=v, value=v, backends=backends), repo_id=repo_id)
         commits[v], tags[v] = result.commit, result.tag
+        if not artifacts:
+            commits[v] = HfApi().delete_folder("wheels", repo_id, repo_type="kernel", revision=f"v{v}").oid
     files = tuple(sorted(p.name for p in (tmp / f"v{versions[0]}" / "build" / f"torch-{backends[0]}").iterdir()))
     return Published(repo_id, commits, tags, files)
 
@@ -52,6 +58,12 @@ def _publish(tmp: Path, org: str, backends: tuple[str, ...] = ("cpu", "cuda"), v
 def published(hub, tmp_path_factory) -> Published:
     """tiny-act v1 and v2 (variants torch-cpu and torch-cuda) from the trusted org."""
     return _publish(tmp_path_factory.mktemp("published"), "hubkernels")
+
+
+@pytest.fixture(scope="module")
+def filewise(hub, tmp_path_factory) -> Published:
+    """tiny-act v1 and v2 laid out as kernel-builder publishes them (build/ only, no artifact): loaded file by file."""
+    return _publish(tmp_path_factory.mktemp("filewise"), "hubkernels", artifacts=False)
 
 
 @pytest.fixture(scope="module")
@@ -86,17 +98,32 @@ def test_version_revision_branch_and_tag_each_load_what_was_published(published,
     assert get_kernel(published.repo_id, revision=published.tags[2], cache_dir=cache).VALUE == 2
 
 
-def test_cold_load_lists_once_and_downloads_only_the_chosen_variant(hub, published, cache) -> None:
+def test_cold_load_fetches_the_chosen_variant_as_one_artifact(hub, published, cache) -> None:
+    hub.reset_requests()  # a new process: nothing cached, not even hf_xet's token
+    out = run_python(f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=1).VALUE)",
+                     cache)
+    assert out.stdout.split() == ["1"]
+    asked = [(m, p) for m, p in _api_requests(hub) if p != "/v1/telemetry"]  # hf_xet's telemetry (answered 202)
+    assert not any("torch-cuda" in path for _, path in asked)
+    commit = published.commits[1]
+    assert [p.split("/")[1] if p.startswith("/cas/") else p for _, p in asked] == [
+        f"/api/kernels/{published.repo_id}/refs", "/api/organizations/hubkernels/overview",
+        f"/api/kernels/{published.repo_id}/tree/{commit}/wheels",  # names every variant and its artifact
+        f"/api/kernels/{published.repo_id}/xet-read-token/{commit}",  # no HEAD: the listing gave the Xet hash
+        "cas", "cas"]  # the artifact's reconstruction and its one xorb range
+
+
+def test_cold_load_of_a_kernel_builder_repo_downloads_only_the_chosen_variants_files(hub, filewise, cache) -> None:
     hub.reset_requests()
-    get_kernel(published.repo_id, version=1, cache_dir=cache)
+    get_kernel(filewise.repo_id, version=1, cache_dir=cache)
     asked = _api_requests(hub)
     assert not any("torch-cuda" in path for _, path in asked)
     listing = [(m, p) for m, p in asked if "/resolve/" not in p]
     assert [p.rsplit("/", 2)[-2:] if "/tree/" in p else p for _, p in listing] == [
-        f"/api/kernels/{published.repo_id}/refs", "/api/organizations/hubkernels/overview",
-        [published.commits[1], "build"]]
+        f"/api/kernels/{filewise.repo_id}/refs", "/api/organizations/hubkernels/overview",
+        [filewise.commits[1], "wheels"], [filewise.commits[1], "build"]]  # no wheels/: the build/ listing
     downloads = sorted(p.rsplit("/", 1)[1] for _, p in asked if "/resolve/" in p)
-    assert downloads == sorted(published.files * 2)  # HEAD + GET of each file of torch-cpu, nothing else
+    assert downloads == sorted(filewise.files * 2)  # HEAD + GET of each file of torch-cpu, nothing else
 
 
 def test_warm_load_in_a_new_process_makes_no_request(hub, published, cache) -> None:
@@ -344,53 +371,53 @@ def test_variant_trace_and_has_kernel(published, cache) -> None:
 # -- a failing server -----------------------------------------------------------------------------------------
 
 
-def test_server_errors_are_retried(hub, published, cache) -> None:
+def test_server_errors_are_retried(hub, filewise, cache) -> None:
     hub.add_fault(r"/refs$", status=500, times=2)
     hub.add_fault(r"/resolve/.*/__init__\.py$", method="GET", status=503, times=1)
     hub.reset_requests()
     try:
-        assert get_kernel(published.repo_id, version=2, cache_dir=cache).VALUE == 2
+        assert get_kernel(filewise.repo_id, version=2, cache_dir=cache).VALUE == 2
     finally:
         hub.clear_faults()
     statuses = [r["status"] for r in hub.requests() if r["fault"] == "status"]
     assert statuses == [500, 500, 503]
 
 
-def test_a_persistent_failure_is_a_clean_error_and_nothing_partial_is_loaded(hub, published, cache) -> None:
+def test_a_persistent_failure_is_a_clean_error_and_nothing_partial_is_loaded(hub, filewise, cache) -> None:
     hub.add_fault(r"/resolve/.*/__init__\.py$", method="GET", status=500, times=None)
     try:
         with pytest.raises(DownloadError, match=r"downloading build/torch-cpu/__init__.py .* failed 3 times at "
                                                 r"http://127.0.0.1.*Nothing was loaded"):
-            get_kernel(published.repo_id, version=1, cache_dir=cache)
+            get_kernel(filewise.repo_id, version=1, cache_dir=cache)
     finally:
         hub.clear_faults()
-    state = RepoState(published.repo_id, cache)
-    vdir = state.variant_dir(published.commits[1], "torch-cpu")
-    assert not (vdir / "__init__.py").exists() and state.receipt(published.commits[1], "torch-cpu") is None
-    assert get_kernel(published.repo_id, version=1, cache_dir=cache).VALUE == 1  # and it recovers
+    state = RepoState(filewise.repo_id, cache)
+    vdir = state.variant_dir(filewise.commits[1], "torch-cpu")
+    assert not (vdir / "__init__.py").exists() and state.receipt(filewise.commits[1], "torch-cpu") is None
+    assert get_kernel(filewise.repo_id, version=1, cache_dir=cache).VALUE == 1  # and it recovers
 
 
-def test_a_connection_closed_mid_file_is_resumed(hub, published, cache) -> None:
+def test_a_connection_closed_mid_file_is_resumed(hub, filewise, cache) -> None:
     hub.add_fault(r"/resolve/.*/__init__\.py$", method="GET", truncate_after=40, times=1)
     hub.reset_requests()
     try:
-        assert get_kernel(published.repo_id, version=1, cache_dir=cache).VALUE == 1
+        assert get_kernel(filewise.repo_id, version=1, cache_dir=cache).VALUE == 1
     finally:
         hub.clear_faults()
     gets = [r for r in hub.requests() if r["method"] == "GET" and r["path"].endswith("/__init__.py")]
     assert [g["fault"] for g in gets] == ["truncate", None] and gets[1]["status"] in (200, 206)
 
 
-def test_a_connection_that_always_drops_leaves_no_file_behind(hub, published, cache) -> None:
+def test_a_connection_that_always_drops_leaves_no_file_behind(hub, filewise, cache) -> None:
     hub.add_fault(r"/resolve/.*/__init__\.py$", method="GET", truncate_after=0, times=None)
     try:
         with pytest.raises(DownloadError, match="__init__.py"):
-            install_kernel(published.repo_id, version=2, cache_dir=cache)
+            install_kernel(filewise.repo_id, version=2, cache_dir=cache)
     finally:
         hub.clear_faults()
-    vdir = RepoState(published.repo_id, cache).variant_dir(published.commits[2], "torch-cpu")
+    vdir = RepoState(filewise.repo_id, cache).variant_dir(filewise.commits[2], "torch-cpu")
     assert not (vdir / "__init__.py").exists()
-    assert install_kernel(published.repo_id, version=2, cache_dir=cache) == vdir
+    assert install_kernel(filewise.repo_id, version=2, cache_dir=cache) == vdir
 
 
 # -- overrides and the command line ---------------------------------------------------------------------------

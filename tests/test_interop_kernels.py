@@ -92,12 +92,10 @@ def test_request_counts_cold_and_warm_against_kernels(hub, ltx_repo, ltx_build, 
     print(json.dumps(counts), json.dumps(heads))
     assert counts["ours warm"] == 0
     assert counts["kernels warm"] >= 2  # refs + build listing at least (measured: 3 with the org check)
-    # Cold, the files come through Xet for both. kernels' snapshot_download reads each file's xetHash from its
-    # cached tree listing and skips the HEAD; our loader still sends one HEAD per file (measured 9 vs 2). Every
-    # other request (listings, tokens, reconstructions, xorb ranges): ours no more than kernels'.
-    files = sum(1 for p in Path(ltx_build.path).rglob("*") if p.is_file())
-    assert heads["ours cold"] == files
-    assert counts["ours cold"] - heads["ours cold"] <= counts["kernels cold"] - heads["kernels cold"]
+    # Cold, ours fetches the variant as one artifact (refs, org, wheels/ listing, Xet token, reconstruction,
+    # xorb range: 6, no HEAD); kernels fetches it file by file through Xet (measured 24 for this 9-file variant).
+    assert counts["ours cold"] <= 6 and heads["ours cold"] == 0
+    assert counts["ours cold"] < counts["kernels cold"]
 
 
 def test_kernels_finds_the_version_offline_in_a_cache_we_filled(hub, ltx_repo, tmp_path: Path) -> None:

@@ -179,6 +179,7 @@ def test_cli_upload_prints_how_to_load_and_errors_in_one_line(hub, tmp_path: Pat
     monkeypatch.setenv("HUBKERNELS_TRUSTED_ORGS", org)
     assert cli.main(["upload", str(root), "--repo-id", repo_id]) == 0
     assert f'get_kernel("{repo_id}", version=1)' in capsys.readouterr().out
+    assert "1 wheel(s) under wheels/" in out
     assert cli.main(["upload", str(root)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("hubkernels upload: error: no repo id") and "\n" not in err
@@ -208,3 +209,48 @@ def test_cli_upload_into_a_log_leaves_progress_bars_out(hub, tmp_path: Path, bar
     assert done.returncode == 0, done.stderr[-2000:]
     has_bars = "%|" in done.stderr or "it/s" in done.stderr or "B/s" in done.stderr
     assert has_bars == (bars == "0"), done.stderr[-2000:]
+
+
+def test_a_variant_pep_825_cannot_describe_still_gets_its_artifact(hub, tmp_path: Path) -> None:
+    repo_id = new_repo()
+    result = upload(make_kernel(tmp_path / "k", backends=("cpu", "cuda")), repo_id=repo_id)
+    wheels = sorted(p for p in remote_files(repo_id, result.commit) if p.startswith("wheels/"))
+    assert wheels == ["wheels/tiny_act-1-variants.json",
+                      "wheels/torch-cpu/tiny_act-1-py3-none-any-null.whl",
+                      "wheels/torch-cuda/tiny_act-1-py3-none-any.whl"]  # no label: only the loader reads it
+
+
+def test_upload_pushes_the_variant_wheel_and_index_in_the_layout_commit(hub, ltx_build, tmp_path: Path) -> None:
+    import json
+    import warnings
+
+    from huggingface_hub import hf_hub_download
+
+    from hubkernels.wheel import build_wheel
+
+    repo_id = new_repo()
+    root = Path(__file__).resolve().parent.parent
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a checkout with local changes publishes a dirty build
+        result = upload(root, repo_id=repo_id, variants=[ltx_build.path.name], source=False)
+    local = build_wheel(ltx_build.path, tmp_path / "dist")
+    commits = hf_api().list_repo_commits(repo_id, repo_type="kernel", revision=result.branch)
+    files = remote_files(repo_id, result.commit)
+    parent = remote_files(repo_id, commits[1].commit_id)
+    index = "wheels/ltx_kernels-1-variants.json"
+    added = set(files) - set(parent)
+    wheel = f"wheels/{ltx_build.path.name}/{local.name}"
+    assert {wheel, index, f"build/{ltx_build.path.name}/metadata.json"} <= added  # in the layout's commit
+    pushed = Path(hf_hub_download(repo_id, wheel, repo_type="kernel", revision=result.commit,
+                                  cache_dir=tmp_path / "cache"))
+    assert pushed.read_bytes() == local.read_bytes()
+    variants = json.loads(Path(hf_hub_download(repo_id, index, repo_type="kernel", revision=result.commit,
+                                               cache_dir=tmp_path / "cache")).read_text())
+    assert variants["variants"] == {"null": {}}
+    variantlib = pytest.importorskip("variantlib.variants_json")
+    assert "null" in variantlib.VariantsJson(variants).variants
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = upload(root, repo_id=repo_id, variants=[ltx_build.path.name], source=False)
+    assert not again.changed  # the same build packs the same wheel and index

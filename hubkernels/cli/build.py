@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 NAME = "build"
 HELP = "compile the kernel for this machine into build/<variant>/"
@@ -14,7 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--backend", help="build this backend instead of the machine's (e.g. cpu)")
     p.add_argument("-j", "--jobs", type=int, help="parallel compile jobs")
     p.add_argument("-v", "--verbose", action="store_true", help="show every compiler command")
-    p.add_argument("--wheel", action="store_true", help="also package the variant as a wheel")
+    p.add_argument("--wheel", action="store_true",
+                   help="also pack each built variant as a variant wheel (PEP 825; one version, the variant in the "
+                        "label)")
     p.add_argument("--wheel-dir", default="dist", help="where wheels go (default: dist/)")
     p.add_argument("--matrix", action="store_true",
                    help="build every variant build.toml allows for the default torch and CUDA versions, each in an "
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.matrix or args.torch or args.cuda:
         return run_matrix(args)
-    from ..build import CompileError, build, check_abi
+    from ..build import CompileError, build
 
     try:
         result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
@@ -39,28 +42,34 @@ def run(args: argparse.Namespace) -> int:
     for built in (result, *result.also):  # a noarch kernel builds every listed backend in one run
         print(built.path)
         if args.wheel:
-            from ..wheel import build_wheel
-
-            portable = not any(p.startswith("manylinux") for so in built.path.glob("*.so") for p in check_abi(so))
-            print(build_wheel(built.path, args.wheel_dir, manylinux="manylinux_2_28" if portable else None))
+            print(_pack(built.path, args.wheel_dir))
     return 0
 
 
+def _pack(variant_dir: Path, wheel_dir: str) -> Path:
+    from ..wheel import pack
+
+    return pack(variant_dir, wheel_dir)
+
+
 def run_matrix(args: argparse.Namespace) -> int:
-    """`--matrix`, `--torch`, `--cuda`: every variant asked for, each in its own toolchain; a table at the end."""
+    """`--matrix`, `--torch`, `--cuda`: every variant asked for, each in its own toolchain; a table at the end
+    (and with `--wheel`, the variant wheel of each built variant)."""
     import sys
 
     from ..config import load_config
-    from ..errors import UsageError
+    from ..layout import variant_dir
     from ..matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan
     from ..matrix import run_matrix as run_jobs
 
-    if args.wheel:
-        raise UsageError("--wheel packs one variant; build the matrix first, then pack a variant with --wheel")
     jobs = plan(load_config(args.path), args.torch or DEFAULT_TORCH, args.cuda or DEFAULT_CUDA,
                 [args.backend] if args.backend else None)
     outcomes = run_jobs(args.path, jobs, say=lambda line: print(line, file=sys.stderr, flush=True),
                         jobs_per_build=args.jobs)
     print(format_table(outcomes))
+    if args.wheel:
+        for o in outcomes:
+            if o.status in ("built", "up to date"):
+                print(_pack(variant_dir(args.path, o.job.variant), args.wheel_dir))
     return 1 if any(o.status == "failed" for o in outcomes) else 0
 

@@ -35,6 +35,7 @@ from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
 from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
 from ._verify import _download_and_verify, _shipped  # noqa: F401  (the tests reach them here)
+from ._artifact import listing
 from ._local import RepoState, Refs, TreeEntry, compile_sources, is_commit, version_of
 from ._trust import TrustRemoteCode
 from ._trust import check_trust as _check_trust
@@ -179,7 +180,7 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
     ref = resolve_ref(state, remote, version, revision, max_age=max_age)
     for attempt in range(2):
         trusted_by = _check_trust(state, remote, ref, trust_remote_code)
-        tree = _tree(state, remote, ref.commit)
+        tree = listing(state, remote, ref.commit)  # wheels/ (one artifact per variant), else build/
         names = sorted(locked) if locked is not None else _variant_names(state, ref.commit, tree)
         resolution = resolve([n for n in names if n not in exclude], None, backend)
         if resolution.chosen is not None or not ref.cached or offline or attempt:

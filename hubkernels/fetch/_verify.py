@@ -30,6 +30,12 @@ def _download_and_verify(state: RepoState, remote: Remote, ref: Ref, variant: st
                          tree: dict[str, TreeEntry] | None, force: bool) -> tuple[str, Verified]:
     """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256 and
     what was verified."""
+    if tree is not None:  # the variant's artifact where one is published (`_artifact`), else its files one by one
+        from ._artifact import install_artifact
+
+        unpacked, tree = install_artifact(state, remote, ref, variant, tree, force)
+        if unpacked:
+            return _verify(state, ref, variant, tree)
     vdir = state.variant_dir(ref.commit, variant)
     prefix = f"build/{variant}/"
     if tree is not None:

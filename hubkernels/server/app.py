@@ -22,6 +22,7 @@ from .limits import LimitsMiddleware
 from .routes_control import control_faults, control_requests, control_reset, control_trust
 from . import xet
 from .routes_files import commit, lfs_routes, preupload, resolve_route
+from .routes_simple import simple_routes
 from .routes_repos import (
     agent_harnesses,
     branch,
@@ -79,6 +80,7 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
         Route(f"{api}/commit/{{rev}}", commit, methods=["POST"]),
     ]
     routes += xet.xet_routes(api_repo)
+    routes += simple_routes()  # the package index over the repos' wheels (routes_simple)
     for repo_type, prefix in URL_PREFIX.items():
         if prefix:
             routes += lfs_routes(prefix, repo_type)

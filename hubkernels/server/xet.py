@@ -63,7 +63,16 @@ def xet_routes(api_repo: Callable[[Request], Repo]) -> list[Route]:
         Route(f"{cas}/v2/reconstructions/{{hash}}", reconstruction_v2, methods=["GET"]),
         Route(f"{cas}/v1/files/{{hash}}", head_file, methods=["HEAD"]),
         Route(f"{cas}/v1/xorb-data/{{hash}}", xorb_data, methods=["GET"]),
+        Route("/v1/telemetry", telemetry, methods=["POST"]),
+        Route(f"{cas}/v1/telemetry", telemetry, methods=["POST"]),
     ]
+
+
+async def telemetry(request: Request) -> Response:
+    """hf_xet's transfer telemetry: accepted and dropped (a success, as the Hub's CAS answers; never a 404)."""
+    async for _ in request.stream():
+        pass
+    return Response(status_code=202)
 
 
 def install(storage: Storage) -> XetStore:
