@@ -55,7 +55,8 @@ def _broken_variant(good: Path, dest: Path) -> Path:
 
 
 def _publish(tmp: Path, *, with_noarch: bool) -> str:
-    """tiny-act v1 with the broken variant beside (or instead of) its CPU noarch one, as another builder would."""
+    """tiny-act v1 with the broken variant beside (or instead of) its CPU noarch one, laid out as kernel-builder
+    publishes (build/ and source/, no wheels/)."""
     from huggingface_hub import HfApi
 
     kernel = make_kernel(tmp / "kernel", backends=("cpu", "cuda"))
@@ -66,8 +67,10 @@ def _publish(tmp: Path, *, with_noarch: bool) -> str:
             f.unlink()
         (kernel / "build" / "torch-cpu").rmdir()
     upload(kernel, repo_id=repo_id)
-    HfApi().upload_folder(repo_id=repo_id, folder_path=str(broken), path_in_repo=f"build/{BROKEN}", revision="v1",
-                          repo_type="kernel")
+    api = HfApi()
+    api.delete_folder("wheels", repo_id=repo_id, revision="v1", repo_type="kernel")  # kernel-builder ships no wheels
+    api.upload_folder(repo_id=repo_id, folder_path=str(broken), path_in_repo=f"build/{BROKEN}", revision="v1",
+                      repo_type="kernel")
     return repo_id
 
 
