@@ -1,0 +1,129 @@
+"""Kernels shaped like kernels-community's build as kernel-builder builds them.
+
+The fixtures under fixtures/community/ are our own, in the shape of kernels-community's CPU kernels: an
+edition-4 build.toml (no `edition` key) and a generic `[kernel.*]` beside an `_avx512` one that asks for
+AVX-512 in its cxx-flags, chosen at run time. Flags go per source, so only the `_avx512` sources hold
+AVX-512 code and the variant imports and runs on a CPU without it (checked under qemu's Haswell model).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import hubkernels
+from hubkernels.build import BuildResult, build
+from hubkernels.build.compile import cuda_kernel_archs, toolkit_archs
+from hubkernels.build.toolchain import cuda_home, nvcc_version
+from hubkernels.errors import BuildError
+
+COMMUNITY = Path(__file__).parent / "fixtures" / "community"
+REPO = Path(__file__).resolve().parents[1]
+_built: dict[str, BuildResult] = {}
+#: An x86-64 instruction that uses AVX-512 state: a zmm register or an opmask register.
+_AVX512 = re.compile(r"%zmm\d|%k[1-7]\b")
+#: Wider than the x86-64 baseline (SSE2): a ymm or zmm register.
+_BEYOND_BASELINE = re.compile(r"%[yz]mm\d")
+
+
+def built(name: str) -> BuildResult:
+    """The CPU build of one fixture, compiled once per session (incremental across sessions)."""
+    if name not in _built:
+        _built[name] = build(COMMUNITY / name, backend="cpu", quiet=True)
+    return _built[name]
+
+
+def _functions_using(so: Path, pattern: re.Pattern[str]) -> set[str]:
+    """The (mangled) functions of `so` whose disassembly matches `pattern`."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)], capture_output=True, text=True,
+                         check=True).stdout
+    found: set[str] = set()
+    current = ""
+    for line in out.splitlines():
+        head = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+        if head:
+            current = head.group(1)
+        elif current and pattern.search(line):
+            found.add(current)
+    return found
+
+
+def _defined_functions(objects: list[Path]) -> set[str]:
+    out = subprocess.run(["nm", "--defined-only", *map(str, objects)], capture_output=True, text=True,
+                         check=True).stdout
+    return {parts[2] for parts in (line.split() for line in out.splitlines())
+            if len(parts) == 3 and parts[1] in "TtWw"}
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+def test_avx512_code_is_only_in_the_avx512_kernel() -> None:
+    result = built("axpy-dispatch")
+    so = result.path / f"{result.id}.abi3.so"
+    objects = COMMUNITY / "axpy-dispatch" / "_build" / result.path.name / "obj"
+    avx512_functions = _defined_functions(sorted((objects / "kernel-axpy_cpu_avx512").rglob("*.o")))
+    assert any("axpy_avx512" in f for f in avx512_functions)
+    wide = _functions_using(so, _BEYOND_BASELINE)
+    assert wide and any("axpy_avx512" in f for f in _functions_using(so, _AVX512))
+    # the binding, the generic kernel and every header function they pull in stay at the x86-64 baseline
+    assert wide <= avx512_functions, sorted(wide - avx512_functions)
+
+
+def test_dispatching_op_matches_torch_on_this_cpu() -> None:
+    built("axpy-dispatch")
+    mod = hubkernels.get_local_kernel(COMMUNITY / "axpy-dispatch")
+    for n in (0, 1, 15, 16, 17, 1000):  # the full 16-float steps and every masked tail
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(mod.axpy(x, y, -1.5), -1.5 * x + y, rtol=1e-6, atol=1e-6)
+
+
+_ON_HASWELL = """
+import torch, hubkernels
+assert torch.backends.cpu.get_cpu_capability() == "AVX2", torch.backends.cpu.get_cpu_capability()
+mod = hubkernels.get_local_kernel({root!r})
+x, y = torch.randn(1003), torch.randn(1003)
+torch.testing.assert_close(mod.axpy(x, y, 2.5), 2.5 * x + y)
+print("ran on", torch.backends.cpu.get_cpu_capability())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("qemu-x86_64") is None, reason="no qemu-user here (apt-get install qemu-user)")
+def test_imports_and_runs_on_a_cpu_without_avx512() -> None:
+    built("axpy-dispatch")
+    code = _ON_HASWELL.format(root=str(COMMUNITY / "axpy-dispatch"))
+    proc = subprocess.run(["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=600, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, f"exit {proc.returncode} under qemu -cpu Haswell: {proc.stderr[-3000:]}"
+    assert "ran on AVX2" in proc.stdout
+
+
+# --------------------------------------------------------------------------------------------------
+# CUDA capabilities as kernel-builder picks them
+
+
+def test_capabilities_are_intersected_as_kernel_builder_does() -> None:
+    # kernel-builder's relu-archs-subset: 5.0 is gone from CUDA 13, and 9.0 builds for no Blackwell target
+    assert cuda_kernel_archs("relu", ("5.0", "7.5", "8.0", "9.0"), (13, 0)) == ["7.5", "8.0", "9.0"]
+    assert cuda_kernel_archs("k", ("8.0", "9.0a", "12.0+PTX"), (12, 8)) == ["8.0", "9.0a", "12.0+PTX"]
+    assert cuda_kernel_archs("k", ("7.0",), (12, 6)) == ["7.0"]
+    assert cuda_kernel_archs("k", (), (13, 0))[-1] == "12.1+PTX"  # nothing asked: every default
+    # a capability the toolkit does not list is no target
+    toolkit = frozenset({"compute_80", "compute_90"})
+    assert cuda_kernel_archs("k", ("7.5", "8.0"), (13, 0), toolkit) == ["8.0"]
+    with pytest.raises(BuildError, match=r"supported: 8\.0;9\.0\)"):
+        cuda_kernel_archs("k", ("7.5",), (13, 0), toolkit)
+
+
+@pytest.mark.skipif(cuda_home() is None, reason="no CUDA toolkit (nvcc) here")
+def test_toolkit_archs_come_from_nvcc() -> None:
+    home = cuda_home()
+    archs = toolkit_archs(str(home))
+    assert archs is not None and "compute_80" in archs
+    if nvcc_version(home) >= (13, 0):  # type: ignore[arg-type]
+        assert "compute_50" not in archs
