@@ -19,8 +19,10 @@ import torch
 
 import hubkernels
 from hubkernels.build import BuildResult, build
+from hubkernels.build.checks import cutlass_headers
 from hubkernels.build.compile import cuda_kernel_archs, toolkit_archs
 from hubkernels.build.toolchain import cuda_home, nvcc_version
+from hubkernels.config import load_config
 from hubkernels.errors import BuildError
 
 COMMUNITY = Path(__file__).parent / "fixtures" / "community"
@@ -104,7 +106,32 @@ def test_imports_and_runs_on_a_cpu_without_avx512() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# CUDA capabilities as kernel-builder picks them
+# What kernel-builder refuses, refused here in one line before a compiler runs
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    dest = tmp_path / name
+    shutil.copytree(COMMUNITY / name, dest, ignore=shutil.ignore_patterns("build", "_build"))
+    return dest
+
+
+def test_backend_without_kernels_is_refused_not_shipped_as_noarch(tmp_path: Path) -> None:
+    root = _copy("relu-bad-capability", tmp_path)
+    with pytest.raises(BuildError, match=r"backend 'cpu' has no \[kernel\.\*\] with backend = 'cpu'") as info:
+        build(root, backend="cpu", quiet=True)
+    assert "\n" not in str(info.value) and "[torch-noarch]" in str(info.value)
+    assert not (root / "build").exists()
+    assert not load_config(root).is_noarch("cpu")
+
+
+@pytest.mark.skipif(cuda_home() is None, reason="no CUDA toolkit (nvcc) here")
+def test_capability_outside_the_toolkit_fails_with_kernel_builders_message(tmp_path: Path) -> None:
+    root = _copy("relu-bad-capability", tmp_path)
+    with pytest.raises(BuildError) as info:
+        build(root, backend="cuda", quiet=True)
+    assert re.match(r"CUDA kernel: relu_cuda, empty set of capabilities after intersection \(kernel: 99999\.0, "
+                    r"supported: 7\.[05];.*\)", str(info.value)), str(info.value)
+    assert not list((root / "build").glob("torch*"))  # no variant
 
 
 def test_capabilities_are_intersected_as_kernel_builder_does() -> None:
@@ -127,3 +154,33 @@ def test_toolkit_archs_come_from_nvcc() -> None:
     assert archs is not None and "compute_80" in archs
     if nvcc_version(home) >= (13, 0):  # type: ignore[arg-type]
         assert "compute_50" not in archs
+
+
+def test_registration_without_the_namespace_prefix_is_refused(tmp_path: Path) -> None:
+    root = _copy("silu-bad-registration", tmp_path)
+    with pytest.raises(BuildError) as info:
+        build(root, quiet=True)
+    message = str(info.value)
+    assert "do not use `add_op_namespace_prefix`" in message and "\n" not in message
+    assert "silu_bad_registration/op.py:8 function silu_and_mul" in message
+    assert "op.py:14" not in message  # register_fake passes add_op_namespace_prefix(...): allowed
+    assert not (root / "build").exists()
+
+
+def test_tvm_ffi_kernel_is_refused_in_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "relu-tvm-ffi"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "build_toml" / "relu-tvm-ffi", root)
+    with pytest.raises(BuildError, match=r"\[tvm-ffi\] kernels are not built by hubkernels yet") as info:
+        build(root, backend="cpu", quiet=True)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.slow
+def test_cutlass_dependency_brings_the_named_cutlass_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HUBKERNELS_TOOLCHAINS", str(tmp_path))
+    dirs = cutlass_headers("3.6")
+    assert (dirs[0] / "cutlass" / "cutlass.h").is_file() and (dirs[0] / "cute" / "tensor.hpp").is_file()
+    version = (dirs[0] / "cutlass" / "version.h").read_text()
+    assert "#define CUTLASS_MAJOR 3" in version and "#define CUTLASS_MINOR 6" in version
+    with pytest.raises(BuildError, match=r"needs the CUTLASS 2\.10 headers, but `pip download nvidia-cutlass==2\.10"):
+        cutlass_headers("2.10")

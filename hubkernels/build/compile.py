@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..config import BuildConfig, KernelConfig
 from ..errors import BuildError
+from .checks import dependency_includes
 from .generated import glibc_compat, registration_dir
 from .toolchain import cuda_home, cuda_wheel_includes, nvcc_version
 
@@ -89,6 +90,7 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
         raise BuildError(f"no C++/CUDA sources to compile for backend {backend}: list .cpp/.cu files in "
                          f"[kernel.*] src of {config.file.name}")
     includes.append(registration_dir(work))
+    includes += dependency_includes(config, backend)
     defines = list(_BACKEND_DEFINES[backend])
     if stable_abi:
         defines.append(f"-DTORCH_TARGET_VERSION={target_version(stable_abi)}")

@@ -305,11 +305,10 @@ class BuildConfig:
         return [kernel for kernel in self.kernels.values() if kernel.backend == backend]
 
     def is_noarch(self, backend: str) -> bool:
-        """True when `backend` builds no native code: a [torch-noarch] kernel, or no [kernel.*] for it."""
+        """True when `backend` builds no native code: a [torch-noarch] kernel. A [torch] backend without a
+        [kernel.*] is not noarch: it has nothing to build (kernel-builder's checks refuse it)."""
         self._check_listed(backend)
-        if self.torch_noarch is not None:
-            return True
-        return not any(kernel.backend == backend for kernel in self.kernels.values())
+        return self.torch_noarch is not None
 
     def python_depends(self, backend: str) -> list[str]:
         """`[general] python-depends` followed by the `[general.<backend>]` ones, without duplicates."""
