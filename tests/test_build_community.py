@@ -69,11 +69,14 @@ def test_avx512_code_is_only_in_the_avx512_kernel() -> None:
     so = result.path / f"{result.id}.abi3.so"
     objects = COMMUNITY / "axpy-dispatch" / "_build" / result.path.name / "obj"
     avx512_functions = _defined_functions(sorted((objects / "kernel-axpy_cpu_avx512").rglob("*.o")))
+    baseline_functions = _defined_functions(sorted(o for group in ("torch-binding", "kernel-axpy_cpu")
+                                                   for o in (objects / group).rglob("*.o")))
     assert any("axpy_avx512" in f for f in avx512_functions)
     wide = _functions_using(so, _BEYOND_BASELINE)
     assert wide and any("axpy_avx512" in f for f in _functions_using(so, _AVX512))
     # the binding, the generic kernel and every header function they pull in stay at the x86-64 baseline
     assert wide <= avx512_functions, sorted(wide - avx512_functions)
+    assert not wide & baseline_functions  # no inline function whose AVX-512 copy the linker might keep
 
 
 def test_dispatching_op_matches_torch_on_this_cpu() -> None:
@@ -82,6 +85,24 @@ def test_dispatching_op_matches_torch_on_this_cpu() -> None:
     for n in (0, 1, 15, 16, 17, 1000):  # the full 16-float steps and every masked tail
         x, y = torch.randn(n), torch.randn(n)
         torch.testing.assert_close(mod.axpy(x, y, -1.5), -1.5 * x + y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_rebuild_recompiles_only_the_changed_kernels_sources(tmp_path: Path,
+                                                               capfd: pytest.CaptureFixture[str]) -> None:
+    root = _copy("axpy-dispatch", tmp_path)
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "kernel"]):
+        subprocess.run([*git, *args], check=True)
+    source = root / "axpy_cpu" / "axpy_avx512.cpp"
+    source.write_text(source.read_text() + "// edited\n")  # dirty before the first build: one ops id for both
+    build(root, backend="cpu", quiet=True)
+    source.write_text(source.read_text() + "// edited again\n")
+    capfd.readouterr()
+    build(root, backend="cpu", quiet=True, verbose=True)
+    log = capfd.readouterr()
+    compiled = re.findall(r"-c (\S+\.cpp)", log.out + log.err)
+    assert [Path(c).name for c in compiled] == ["axpy_avx512.cpp"]  # one group's ninja file, one object
 
 
 _ON_HASWELL = """
