@@ -8,6 +8,7 @@ AVX-512 code and the variant imports and runs on a CPU without it (checked under
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -205,3 +206,26 @@ def test_cutlass_dependency_brings_the_named_cutlass_headers(tmp_path: Path, mon
     assert "#define CUTLASS_MAJOR 3" in version and "#define CUTLASS_MINOR 6" in version
     with pytest.raises(BuildError, match=r"needs the CUTLASS 2\.10 headers, but `pip download nvidia-cutlass==2\.10"):
         cutlass_headers("2.10")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(cuda_home() is None, reason="no CUDA toolkit (nvcc) here")
+def test_cuda_kernel_flags_and_capabilities_reach_its_cu_sources_only(tmp_path: Path) -> None:
+    # a stable-ABI CUDA build compiles with a CPU torch and nvcc; each source fails to compile unless the
+    # kernel's cuda-flags reached it (relu.cu) or did not (the binding)
+    root = tmp_path / "relu-torch-stable-abi"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "upstream" / "relu-torch-stable-abi", root,
+                    ignore=shutil.ignore_patterns("build", "_build"))
+    toml = (root / "build.toml").read_text()
+    cuda_table = '[kernel.relu]\nbackend = "cuda"\ndepends = ["torch"]\nsrc = ["relu_cuda/relu.cu"]\n'
+    assert cuda_table in toml
+    (root / "build.toml").write_text(toml.replace(cuda_table, cuda_table + 'cuda-capabilities = ["8.0", "9.0"]\n'
+                                                  'cuda-flags = ["-DKERNEL_ONLY_FLAG"]\n'))
+    for rel, guard in (("relu_cuda/relu.cu", "#ifndef"), ("torch-ext/torch_binding.cpp", "#ifdef")):
+        path = root / rel
+        path.write_text(f"{guard} KERNEL_ONLY_FLAG\n#error the kernel's cuda-flags went astray\n#endif\n"
+                        + path.read_text())
+    result = build(root, backend="cuda", quiet=True)
+    meta = json.loads((result.path / "metadata.json").read_text())
+    assert meta["backend"] == {"type": "cuda", "archs": ["8.0", "9.0"]}
+    assert result.path.name.startswith("torch-stable-abi211-cu")
