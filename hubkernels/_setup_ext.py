@@ -4,6 +4,9 @@ Runs in its own process so compiler output streams to the caller and a failed bu
 process clean. Uses setuptools' build_ext with torch's BuildExtension, which drives ninja, minus its
 `TORCH_API_INCLUDE_EXTENSION_H` define: that define makes `<torch/torch.h>` pull in pybind11 and the full
 Python API, which the limited API of an `.abi3.so` lacks (kernel-builder's CMake flow never sets it).
+Sources compile in groups (the binding, then each `[kernel.*]`), each group with its own flags and include
+directories added to the common ones and its own ninja file under `build_temp/<group>/`, so per-kernel flags
+reach that kernel's sources only and every group rebuilds incrementally; one link joins all objects.
 Failures end with one `error:` line and exit 1, never a Python traceback.
 """
 
@@ -25,6 +28,31 @@ def main(spec_path: str) -> None:
         def _add_compile_flag(self, extension, flag):  # type: ignore[no-untyped-def]
             if flag not in _DROPPED_FLAGS:
                 super()._add_compile_flag(extension, flag)
+
+        def build_extension(self, ext):  # type: ignore[no-untyped-def]
+            whole = self.compiler.compile  # torch's ninja compile: one flag set per call
+
+            def by_group(sources, output_dir=None, include_dirs=None, extra_postargs=None, **kw):  # type: ignore[no-untyped-def]
+                objects, failed = [], None
+                for group in spec.get("groups") or [{"name": ".", "sources": sources}]:
+                    post = extra_postargs
+                    if isinstance(post, dict):
+                        post = {k: [*v, *group.get(k, [])] for k, v in post.items()}
+                    try:
+                        objects += whole(group["sources"], output_dir=os.path.join(output_dir, group["name"]),
+                                         include_dirs=[*(include_dirs or []), *group.get("include_dirs", [])],
+                                         extra_postargs=post, **kw)
+                    except Exception as e:  # noqa: BLE001  (compile the other groups too: show all their errors)
+                        failed = failed or e
+                if failed is not None:
+                    raise failed
+                return objects
+
+            self.compiler.compile = by_group
+            try:
+                super().build_extension(ext)
+            finally:
+                self.compiler.compile = whole
 
     with open(spec_path) as f:
         spec = json.load(f)

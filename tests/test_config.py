@@ -59,7 +59,7 @@ def test_example_loads_with_its_sources(example: str) -> None:
     for backend in config.general.backends:
         kernels = config.kernels_for(backend)
         assert all(k.backend == backend for k in kernels)
-        assert config.is_noarch(backend) == (config.torch_noarch is not None or not kernels)
+        assert config.is_noarch(backend) == (config.torch_noarch is not None)
 
 
 def test_path_may_be_the_build_toml_itself() -> None:
@@ -82,12 +82,12 @@ def test_relu_builds_one_native_kernel_per_backend() -> None:
     assert config.kernels["relu"].cuda_capabilities == ()  # omitted: every supported capability
 
 
-def test_stable_abi_table_and_a_backend_without_kernel_built_noarch() -> None:
+def test_stable_abi_table_and_a_backend_without_kernel_is_not_noarch() -> None:
     config = load_config(FIXTURES / "relu-torch-stable-abi")
     assert config.torch is not None
     assert config.torch.stable_abi_for("cuda") == "2.11"
     assert config.torch.stable_abi_for("metal") == "2.11"
-    assert config.is_noarch("metal")  # upstream comments out [kernel.relu_metal]
+    assert not config.is_noarch("metal")  # upstream comments out [kernel.relu_metal]: nothing to build
     assert not config.is_noarch("cuda")
     assert config.kernels_for("metal") == []
 
@@ -241,6 +241,7 @@ src = ["relu_cpu/relu_cpu.cpp"]
 """
 TORCH_SRC = '[torch]\nsrc = ["torch-ext/torch_binding.cpp"]'
 GENERAL_END = 'backends = ["cpu", "cuda"]'
+V4 = BASE.replace("edition = 5\n", "")  # kernels-community's files mostly: no edition key
 CUDA_KERNEL = '[kernel.relu_cuda]\nbackend = "cuda"'
 NOARCH = BASE[: BASE.index("[torch]")] + "[torch-noarch]\n"
 TVM_FFI = BASE.replace(TORCH_SRC, '[tvm-ffi]\nsrc = ["torch-ext/torch_binding.cpp"]')
@@ -355,7 +356,20 @@ MALFORMED = [
     # missing keys and tables
     Bad("missing-name", edit(BASE, 'name = "relu"\n', ""), "general", "name", "is missing"),
     Bad("missing-version", edit(BASE, "version = 1\n", ""), "general", "version", "is missing"),
-    Bad("missing-edition", edit(BASE, "edition = 5\n", ""), "general", "edition", "add edition = 5"),
+    # edition 4 (no edition key) reads as edition 5, less what edition 5 added
+    Bad(
+        "v4-kernel-depends", in_general('kernel-depends = [{ repo-id = "org/act", version = 1 }]', V4),
+        "general", "kernel-depends", "It needs edition 5: add edition = 5",
+    ),
+    Bad("v4-general-tpu", V4 + "\n[general.tpu]\npython-depends = []\n", "general", "tpu", "add edition = 5"),
+    Bad(
+        "v4-cuda-kernel-depends", V4 + '\n[general.cuda]\nkernel-depends = [{ repo-id = "o/n", version = 1 }]\n',
+        "general.cuda", "kernel-depends", "add edition = 5",
+    ),
+    Bad(
+        "v4-stable-abi-table", edit(V4, TORCH_SRC, TORCH_SRC + '\nstable-abi = { cpu = "2.10" }'),
+        "torch", "stable-abi", "must be a version string in edition 4",
+    ),
     Bad("missing-license", edit(BASE, 'license = "Apache-2.0"\n', ""), "general", "license", "is missing"),
     Bad("missing-backends", edit(BASE, GENERAL_END + "\n", ""), "general", "backends", "is missing"),
     Bad("missing-general-table", BASE[BASE.index("[torch]") :], "general", None, "is missing"),
@@ -579,6 +593,25 @@ def test_config_error_is_a_hubkernels_error_and_survives_pickling(tmp_path: Path
     assert (copy.file, copy.table, copy.key, str(copy)) == (err.file, err.table, err.key, str(err))
 
 
+def test_edition_4_is_upgraded_in_memory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    v5 = load_config(write_kernel(tmp_path / "v5", BASE))
+    with caplog.at_level("WARNING", logger="hubkernels.config"):
+        v4 = load_config(write_kernel(tmp_path / "v4", V4))
+    assert v4.general.edition == 4 and v5.general.edition == 5
+    assert dataclasses.replace(v4.general, edition=5) == v5.general
+    assert (v4.torch, v4.kernels) == (v5.torch, v5.kernels)
+    assert "legacy edition 4" in caplog.text and "add edition = 5" in caplog.text.lower()
+    stable = load_config(write_kernel(tmp_path / "v4s", edit(V4, TORCH_SRC, TORCH_SRC + '\nstable-abi = "2.10"')))
+    assert stable.torch is not None and stable.torch.stable_abi_for("cuda") == "2.10"
+
+
+@pytest.mark.parametrize("edition", [3, 4, 6])
+def test_other_editions_are_refused_without_pointing_at_nix(tmp_path: Path, edition: int) -> None:
+    with pytest.raises(ConfigError, match=f"unsupported build edition {edition}") as info:
+        load_config(write_kernel(tmp_path, edit(BASE, "edition = 5", f"edition = {edition}")))
+    assert "kernel-builder" not in str(info.value) and "nix" not in str(info.value).lower()
+
+
 # --------------------------------------------------------------------------------------------------
 # The CLI: every malformed case exits 2 with one line naming file, table and key, never a traceback
 
@@ -601,7 +634,7 @@ CLI_SUBPROCESS_CASES = [
     if c.id
     in {
         "unknown-key-kernel-cuda",
-        "missing-edition",
+        "v4-kernel-depends",
         "backends-is-a-string",
         "cuda-capability-9",
         "no-framework-table",

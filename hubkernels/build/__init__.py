@@ -25,6 +25,7 @@ from ..metadata import Metadata
 from ..layout import ships
 from ..system import System, Variant
 from .abi import check_abi, check_torch_stable_abi
+from .checks import check_buildable
 from .compile import CompileError, compile_native
 from .generated import noarch_ops_py, ops_py
 from .loadcheck import load_problems, admitted_tables
@@ -72,6 +73,7 @@ def _build_locked(config: BuildConfig, backend: str | None, jobs: int | None, ve
                   out_dir: str | Path | None, quiet: bool) -> BuildResult:
     system = System.current()
     chosen = choose_backend(config, system, backend)
+    check_buildable(config, chosen)
     check_torch_bounds(config, system)
     out_root = Path(out_dir) if out_dir else config.root / "build"
     uid = unique_id(config.root)

@@ -101,8 +101,9 @@ def nvcc_version(home: Path) -> tuple[int, int]:
 def check_backend_toolkit(system: System, backend: str) -> None:
     """Fail unless the installed torch is built for `backend` and its compiler toolkit is present."""
     if backend not in COMPILED_BACKENDS:
-        raise BuildError(f"hubkernels build compiles {' and '.join(COMPILED_BACKENDS)} kernels; {backend} sources "
-                         "need kernel-builder's Nix toolchain (build that backend there)")
+        raise BuildError(f"hubkernels build compiles {' and '.join(COMPILED_BACKENDS)} kernels; it cannot compile "
+                         f"{backend} sources yet (build another backend with --backend "
+                         f"{' or --backend '.join(COMPILED_BACKENDS)})")
     if backend == "cpu":
         return
     if system.backend != backend:

@@ -1,4 +1,4 @@
-"""Read a kernel's `build.toml` (kernel-builder edition 5) into typed, frozen values.
+"""Read a kernel's `build.toml` (kernel-builder edition 5, or edition 4 upgraded in memory) into typed values.
 
 Every mistake in the file (a syntax error, an unknown, missing or mistyped key, a bad value, a source file
 that is not there) raises `ConfigError`, which names the file, the table and the key in one line that says
@@ -8,6 +8,7 @@ unknown keys, so a misspelt key is an error, never silently ignored.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -16,9 +17,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from .model import (BACKENDS, DEPENDENCIES, EDITION, KERNEL_BACKENDS, PYTHON_DEPENDS, BuildConfig, ConfigError,
-                    General, GeneralBackend, GeneralCuda, HubConfig, KernelConfig, KernelDependency, TorchConfig,
-                    TorchNoarch, TvmFfi)
+from .model import (BACKENDS, DEPENDENCIES, EDITION, KERNEL_BACKENDS, LEGACY_EDITION, PYTHON_DEPENDS, BuildConfig,
+                    ConfigError, General, GeneralBackend, GeneralCuda, HubConfig, KernelConfig, KernelDependency,
+                    TorchConfig, TorchNoarch, TvmFfi)
 from .schema import _Reader
 from .tables import _syntax_error
 
@@ -27,6 +28,7 @@ __all__ = [
     "DEPENDENCIES",
     "EDITION",
     "KERNEL_BACKENDS",
+    "LEGACY_EDITION",
     "PYTHON_DEPENDS",
     "BuildConfig",
     "ConfigError",
@@ -72,6 +74,10 @@ def load_config(path: str | Path, *, validate_files: bool = True) -> BuildConfig
 
     root = file.resolve().parent
     config = _Reader(file).build(data, root, file.resolve())
+    if config.general.edition == LEGACY_EDITION:
+        logging.getLogger("hubkernels.config").warning(
+            "%s uses the legacy edition 4 (no edition key); read as edition %d. Add edition = %d to "
+            "[general] to say so.", file, EDITION, EDITION)
     if validate_files:
         _check_files(file, config)
     return config

@@ -12,7 +12,10 @@ from hubkernels.errors import HubkernelsError
 from hubkernels.system import BACKENDS as _VARIANT_BACKENDS
 
 EDITION = 5
-"""The only `general.edition` this module reads."""
+"""The `general.edition` this module reads; a file without one is edition 4 (`LEGACY_EDITION`)."""
+
+LEGACY_EDITION = 4
+"""A build.toml without `edition`: read and upgraded to edition 5 in memory, as kernels-data does."""
 
 BACKENDS: tuple[str, ...] = tuple(sorted(set(_VARIANT_BACKENDS) - {"npu", "universal"}))
 """Values allowed in `general.backends`: the backends of `hubkernels.system.BACKENDS` that a build.toml names."""
@@ -158,7 +161,10 @@ class GeneralBackend:
 
 @dataclass(frozen=True)
 class General:
-    """`[general]`: the kernel's identity, the backends it supports and its dependencies."""
+    """`[general]`: the kernel's identity, the backends it supports and its dependencies.
+
+    `edition` is the file's: 5, or 4 for a file without the key (its tables read as edition 5's).
+    """
 
     name: str
     version: int
@@ -299,11 +305,10 @@ class BuildConfig:
         return [kernel for kernel in self.kernels.values() if kernel.backend == backend]
 
     def is_noarch(self, backend: str) -> bool:
-        """True when `backend` builds no native code: a [torch-noarch] kernel, or no [kernel.*] for it."""
+        """True when `backend` builds no native code: a [torch-noarch] kernel. A [torch] backend without a
+        [kernel.*] is not noarch: it has nothing to build (kernel-builder's checks refuse it)."""
         self._check_listed(backend)
-        if self.torch_noarch is not None:
-            return True
-        return not any(kernel.backend == backend for kernel in self.kernels.values())
+        return self.torch_noarch is not None
 
     def python_depends(self, backend: str) -> list[str]:
         """`[general] python-depends` followed by the `[general.<backend>]` ones, without duplicates."""

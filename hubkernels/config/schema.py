@@ -9,16 +9,21 @@ from typing import Any
 
 from .model import (_FRAMEWORKS, _GENERAL_KEYS, _GIT_SCHEMES, _KERNEL_BACKEND_KEYS,
                     _KERNEL_COMMON_KEYS, _NAME_RE, _REPO_ID_RE, _TOP_KEYS, BACKENDS, EDITION, KERNEL_BACKENDS,
-                    PYTHON_DEPENDS, BuildConfig, ConfigError, General, GeneralBackend, GeneralCuda, HubConfig,
-                    KernelConfig, KernelDependency, StableAbi, TorchConfig, TorchNoarch, TvmFfi, DEPENDENCIES)
+                    LEGACY_EDITION, PYTHON_DEPENDS, BuildConfig, ConfigError, General, GeneralBackend, GeneralCuda,
+                    HubConfig, KernelConfig, KernelDependency, StableAbi, TorchConfig, TorchNoarch,
+                    TvmFfi, DEPENDENCIES)
 from .tables import (_cuda_capabilities, _did_you_mean, _kernel_dependency, _rocm_archs, _Table, _toml_type,
                      _toml_value)
+
+_NEEDS_V5 = f" It needs edition {EDITION}: add edition = {EDITION} to [general]."
+_GENERAL_KEYS_V4 = tuple(k for k in _GENERAL_KEYS if k not in ("edition", "kernel-depends", "tpu"))
 
 class _Reader:
     """Turns the parsed TOML document into a BuildConfig, failing on the first schema violation."""
 
     def __init__(self, file: Path) -> None:
         self.file = file
+        self.legacy = False  # edition 4: upgraded to 5 in memory
 
     def build(self, data: dict[str, Any], root: Path, resolved_file: Path) -> BuildConfig:
         top = _Table(self.file, "", data)
@@ -55,6 +60,8 @@ class _Reader:
             )
         framework = top.sub(present[0])
         assert framework is not None
+        if self.legacy and present[0] == "torch" and isinstance(data["torch"].get("stable-abi"), dict):
+            framework.fail("stable-abi", "must be a version string in edition 4 (no edition key)." + _NEEDS_V5)
         torch = self.torch(framework) if present[0] == "torch" else None
         noarch = self.torch_noarch(framework) if present[0] == "torch-noarch" else None
         tvm_ffi = self.tvm_ffi(framework) if present[0] == "tvm-ffi" else None
@@ -84,21 +91,22 @@ class _Reader:
     # [general] ------------------------------------------------------------------------------------
 
     def general(self, t: _Table) -> General:
-        # The edition decides the schema, so it is checked before anything else (as kernel-builder does).
-        if "edition" not in t.data:
-            t.fail(
-                "edition",
-                f"is missing; add edition = {EDITION} (older build.toml files: migrate with "
-                "`kernel-builder update-build`)",
-            )
-        edition = t.typed("edition", int, "an integer", f"edition = {EDITION}")
-        if edition != EDITION:
-            t.fail(
-                "edition",
-                f"is {edition}: unsupported build edition {edition}; hubkernels reads edition {EDITION} "
-                f"(set edition = {EDITION}, migrating the file with `kernel-builder update-build` if needed)",
-            )
-        t.check_keys(_GENERAL_KEYS)
+        # The edition decides the schema, so it is checked before anything else (as kernel-builder does). No
+        # `edition` is edition 4, which kernels-data upgrades to 5 in memory: the same tables less kernel-depends,
+        # [general.tpu] and a per-backend stable-abi table.
+        if "edition" in t.data:
+            edition = t.typed("edition", int, "an integer", f"edition = {EDITION}")
+            if edition != EDITION:
+                t.fail("edition", f"is {edition}: unsupported build edition {edition}; hubkernels reads edition "
+                                  f"{EDITION} and edition 4 (no edition key): set edition = {EDITION}")
+            t.check_keys(_GENERAL_KEYS)
+        else:
+            edition = LEGACY_EDITION
+            t.check_keys(_GENERAL_KEYS_V4, {key: _NEEDS_V5 for key in _GENERAL_KEYS if key not in _GENERAL_KEYS_V4})
+            for sub in ("cuda", "xpu", "neuron"):
+                if isinstance(t.data.get(sub), dict) and "kernel-depends" in t.data[sub]:
+                    t.sub(sub).fail("kernel-depends", "is not allowed here." + _NEEDS_V5)  # type: ignore[union-attr]
+            self.legacy = True
         for key, example in (
             ("name", 'name = "my-kernel"'),
             ("version", "version = 1"),

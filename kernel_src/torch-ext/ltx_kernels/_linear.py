@@ -20,7 +20,7 @@ def linear_gelu_tanh(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
     return out.view(*x.shape[:-1], weight.shape[0])
 
 
-@linear_gelu_tanh.register_kernel("cpu")
+@torch.library.register_kernel(add_op_namespace_prefix("linear_gelu_tanh"), "cpu")  # kernel-builder's form
 def _(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     # ATen's CPU `_addmm_activation` applies the erf GELU (its cuBLASLt path the tanh one): be explicit.
     return torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias), approximate="tanh")
