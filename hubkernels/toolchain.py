@@ -92,9 +92,28 @@ def torch_env(version: str, *, say: Say = print) -> tuple[Path, dict[str, str]]:
                  "'cuda': torch.version.cuda}))")
         out = _run([str(python), "-c", probe], f"importing torch {version}")
         (root / "toolchain.json").write_text(out.strip().splitlines()[-1])
+        (root / "requirements.txt").write_text("\n".join(BUILD_REQUIREMENTS))
 
     _once(root, make, say, f"torch {version}")
+    _upgrade_requirements(root, python, say)
     return python, json.loads((root / "toolchain.json").read_text())
+
+
+def _upgrade_requirements(root: Path, python: Path, say: Say) -> None:
+    """Install what `BUILD_REQUIREMENTS` gained since the toolchain was made (a newer hubkernels needs more)."""
+    from filelock import FileLock
+
+    record = root / "requirements.txt"
+    wanted = "\n".join(BUILD_REQUIREMENTS)
+    if record.is_file() and record.read_text() == wanted:
+        return
+    with FileLock(str(root) + ".lock"):
+        if record.is_file() and record.read_text() == wanted:
+            return
+        say(f"  toolchain {root.name}: installing the build requirements of this hubkernels")
+        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_REQUIREMENTS],
+             f"updating the build requirements in {root}")
+        record.write_text(wanted)
 
 
 def cuda_home(version: str, *, say: Say = print) -> Path:
