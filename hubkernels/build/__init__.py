@@ -28,7 +28,7 @@ from .abi import check_abi, check_torch_stable_abi
 from .checks import check_buildable
 from .compile import CompileError, compile_native
 from .generated import noarch_ops_py, ops_py
-from .loadcheck import load_problems, admitted_tables
+from .loadcheck import admitted_tables, check_module
 from .ids import git_state, ops_name, unique_id
 from .toolchain import check_torch_bounds, choose_backend, stable_abi, variant_for
 
@@ -146,13 +146,13 @@ def _check_module(so: Path, target: tuple[int, int] | None, variant: Variant, qu
     fatal = [p for p in problems if p.startswith("Python ABI3")]
     if target is not None:
         fatal += check_torch_stable_abi(so, target)
-    fatal += load_problems(so, variant, admitted_tables(variant))
+    loads = check_module(so, variant, admitted_tables(variant))
+    fatal += loads.problems
     if fatal:
         raise BuildError(f"{so.name} would not load where {variant} says it does (fix the source or the link; "
                          "reasons below):\n  " + "\n  ".join(fatal))
-    for p in problems:
-        if not p.startswith("Python ABI3"):
-            _say(quiet, f"warning: ABI check: {p}")
+    for p in loads.platform:
+        _say(quiet, f"warning: load check: {p}")
 
 
 def _write_metadata(config: BuildConfig, backend: str, name: str, archs: list[str], staging: Path) -> None:

@@ -5,7 +5,8 @@ full-ABI one: the torch it was built with), each undefined symbol of each `.so` 
 the module's DT_NEEDED closure, read from that torch's real binaries (`symbols.TorchTable`). Versioned references
 to system libraries must stay within what a manylinux_2_28 system (the platform torch's wheels are built for)
 provides, and every DT_NEEDED library must be one torch, its CUDA runtime or that system brings. A problem is one
-line naming the symbol, the library and the torch versions that lack it.
+line naming the symbol, the library and the torch versions that lack it. Needs beyond manylinux_2_28 (a glibc or
+libstdc++ symbol version newer than it has) are reported apart: such a module loads on newer systems only.
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from ..system import Variant
 from .symbols import _STD, ElfModule, TorchTable, installed_table, read_elf, shipped_tables
 
-__all__ = ["PLATFORM_FLOOR", "admitted_tables", "load_problems", "variant_load_problems"]
+__all__ = ["PLATFORM_FLOOR", "LoadCheck", "admitted_tables", "check_module", "check_variant", "load_problems",
+           "variant_load_problems"]
 
 #: The platform torch's Linux wheels target, and the newest symbol version of each family it guarantees
 #: (the manylinux_2_28 policy: glibc 2.28, GCC 8's libstdc++).
@@ -48,25 +51,49 @@ def admitted_tables(variant: Variant, tables: Sequence[TorchTable] | None = None
     return []
 
 
-def variant_load_problems(variant_dir: Path, tables: Sequence[TorchTable] | None = None) -> list[str]:
-    """Load problems of every `.so` in a built variant directory (named `build/<variant>/`)."""
+@dataclass(frozen=True)
+class LoadCheck:
+    """What the check found: `problems` (the module fails to load on an admitted torch: the build is refused) and
+    `platform` (it needs a newer glibc or libstdc++ than manylinux_2_28 has: it loads only on newer systems)."""
+
+    problems: tuple[str, ...] = ()
+    platform: tuple[str, ...] = ()
+
+    def __add__(self, other: LoadCheck) -> LoadCheck:
+        return LoadCheck(self.problems + other.problems, self.platform + other.platform)
+
+
+def check_variant(variant_dir: Path, tables: Sequence[TorchTable] | None = None) -> LoadCheck:
+    """The load check of every `.so` in a built variant directory (named `build/<variant>/`)."""
     variant = Variant.parse(variant_dir.name)
     admitted = admitted_tables(variant, tables)
-    problems: list[str] = []
+    found = LoadCheck()
     for so in sorted(variant_dir.rglob("*.so")):
-        problems += load_problems(so, variant, admitted)
-    return problems
+        found += check_module(so, variant, admitted)
+    return found
+
+
+def variant_load_problems(variant_dir: Path, tables: Sequence[TorchTable] | None = None) -> list[str]:
+    """The reasons a built variant fails to load on a torch its name admits (empty when it loads on all)."""
+    return list(check_variant(variant_dir, tables).problems)
 
 
 def load_problems(so: Path, variant: Variant, tables: Sequence[TorchTable]) -> list[str]:
-    """One line per reason `so` (of `variant`) would fail to load on one of `tables`' torches, or on the floor."""
+    """One line per reason `so` (of `variant`) would fail to load on one of `tables`' torches."""
+    return list(check_module(so, variant, tables).problems)
+
+
+def check_module(so: Path, variant: Variant, tables: Sequence[TorchTable]) -> LoadCheck:
+    """Resolve `so` (of `variant`) against each of `tables`' torches and the manylinux_2_28 platform."""
     module = read_elf(so)
     found: dict[str, list[str]] = {}  # problem -> torch labels it holds for
+    platform: dict[str, list[str]] = {}
 
-    def report(message: str, table: TorchTable | None = None) -> None:
-        found.setdefault(message, [])
+    def report(message: str, table: TorchTable | None = None, *, floor: bool = False) -> None:
+        into = platform if floor else found
+        into.setdefault(message, [])
         if table is not None:
-            found[message].append(_short(table))
+            into[message].append(_short(table))
 
     cuda_major = variant.backend_version[0] if variant.backend == "cuda" and variant.backend_version else None
     for need in module.needed:
@@ -82,10 +109,11 @@ def load_problems(so: Path, variant: Variant, tables: Sequence[TorchTable]) -> l
         if floor is not None and _numbers(number) > floor:
             report(f"{so.name} needs {_demangle(u.name)} at {u.version} from {u.file}, newer than {PLATFORM_FLOOR} "
                    f"guarantees ({family}_{'.'.join(map(str, floor))}): it fails to load on older Linux systems; "
-                   "avoid the call or build on an older system")
+                   "avoid the call or build on an older system", floor=True)
     for table in tables:
         _resolve(so, module, variant, table, report)
-    return [f"{msg}{_versions(labels)}" for msg, labels in found.items()]
+    return LoadCheck(tuple(f"{msg}{_versions(labels)}" for msg, labels in found.items()),
+                     tuple(f"{msg}{_versions(labels)}" for msg, labels in platform.items()))
 
 
 def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, report) -> None:  # type: ignore[no-untyped-def]
@@ -122,7 +150,7 @@ def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, r
             if version is None or _numbers(version.partition("_")[2]) > _FLOOR_VERSIONS["GLIBCXX"]:
                 report(f"{so.name} calls {_demangle(u.name)}, which torch does not export and libstdc++ has only "
                        f"from {version or 'no version'} (newer than {PLATFORM_FLOOR}'s GLIBCXX_3.4.24): avoid it",
-                       table)
+                       table, floor=True)
             continue
         elsewhere = [name for name, lib in table.libraries.items() if u.name in lib.exports]
         if elsewhere:
