@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .auth import GrantSigner, Identity, TokenError, TokenStore
+from .auth import GrantSigner, Identity, TokenError, TokenStore, hash_token
 from .control import HubControl
 from .storage import REPO_TYPES, Entry, HubError, Repo, Storage, hub_date, matches_patterns
 
@@ -24,6 +24,7 @@ URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/", "kernel":
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 """The Hub's message for an unknown token (huggingface_hub then raises a plain 401, not RepoNotFound)."""
 _UNSAFE_HEADER_RE = re.compile(r"[\x00-\x1f\x7f]")
+_TOKEN_TEXT_RE = re.compile(r"^[\x21-\x7e]{1,1024}$")  # a credential is printable ASCII, never anything else
 
 
 @dataclass
@@ -139,12 +140,27 @@ def entry_json(entry: Entry, repo: Repo, commit: str, expand: bool = False) -> d
 
 def identity(request: Request) -> Identity | None:
     """The token's identity, None without ``Authorization``; 401 for anything but a known bearer token."""
+    digest = credential_digest(request)
+    return None if digest is None else identity_of(request, digest)
+
+
+def credential_digest(request: Request) -> str | None:
+    """The `hash_token` digest of the request's bearer token, None without ``Authorization``; 401 for a header
+    that is not ``Bearer <printable ASCII>``."""
     header = request.headers.get("authorization")
     if header is None:
         return None
     scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or not _TOKEN_TEXT_RE.match(token):
+        raise HubError(401, INVALID_CREDENTIALS)
+    return hash_token(token)
+
+
+def identity_of(request: Request, digest: str) -> Identity:
+    """The identity of the token with this digest; 401 when it is unknown or was revoked."""
     try:
-        found = hub(request).tokens.lookup(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        found = hub(request).tokens.lookup_digest(digest)
     except TokenError as exc:  # a damaged tokens.json: the operator's to fix, said on every authenticated call
         raise HubError(503, str(exc)) from None
     if found is None:

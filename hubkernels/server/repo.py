@@ -264,18 +264,27 @@ class Repo:
     # -- helpers ------------------------------------------------------------------------------------------------
 
     def _blob_content(self, op: Operation) -> bytes:
+        """The git blob of an added file. A regular file whose text is an LFS pointer is read as one by every
+        download, so it obeys the rule of an ``lfsFile``: it may only name an object this repository owns."""
         if op.kind == "file":
+            pointer = LfsPointer.parse(op.content)
+            if pointer is None:
+                return op.content
+            self._pointer_blob(op.path, pointer.sha256, pointer.size)
             return op.content
-        size = self.storage.lfs_size(op.lfs_oid)
-        if size is None and self.storage.xet is not None and self.has_object(op.lfs_oid) \
-                and self.storage.xet.fill_lfs(op.lfs_oid):
-            size = self.storage.lfs_size(op.lfs_oid)  # uploaded through Xet: rebuilt from its xorbs, sha256 checked
-        if size is None or (op.lfs_size is not None and op.lfs_size != size) or not self.has_object(op.lfs_oid):
-            raise HubError(400, f"LFS object {op.lfs_oid} (size {op.lfs_size}) for {op.path!r} was never uploaded "
+        return self._pointer_blob(op.path, op.lfs_oid, op.lfs_size)
+
+    def _pointer_blob(self, path: str, oid: str, announced: int | None) -> bytes:
+        """The pointer blob of object ``oid``, which must be stored and owned by this repository (400 if not)."""
+        size = self.storage.lfs_size(oid) if _SHA256_RE.match(oid) else None
+        if size is None and self.storage.xet is not None and self.has_object(oid) and self.storage.xet.fill_lfs(oid):
+            size = self.storage.lfs_size(oid)  # uploaded through Xet: rebuilt from its xorbs, sha256 checked
+        if size is None or (announced is not None and announced != size) or not self.has_object(oid):
+            raise HubError(400, f"LFS object {oid} (size {announced}) for {path!r} was never uploaded "
                                 f"to {self.repo_id}: upload it first (LFS batch API, or Xet with a current hf_xet: "
                                 "`pip install -U hf_xet`, older ones do not send the sha256 this hub needs), then "
                                 "commit.")
-        return LfsPointer.render(op.lfs_oid, size)
+        return LfsPointer.render(oid, size)
 
     def _write_blobs(self, contents: list[bytes]) -> Iterator[str]:
         """Store blobs with one ``git hash-object -w`` call and yield their oids in order."""

@@ -24,10 +24,13 @@ from .common import (
     URL_PREFIX,
     api_repo,
     base_url,
+    check_write,
+    credential_digest,
     field,
     file_repo,
     hub,
     json_object,
+    namespace,
     param,
     readable,
     repo_url,
@@ -93,6 +96,8 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
     def work() -> list[dict[str, Any]]:
         repo = file_repo(request, repo_type)
         writable(request, repo, "upload to this repository")
+        digest = credential_digest(request)
+        assert digest is not None  # writable() needs a token
         base = f"{base_url(request)}/{URL_PREFIX[repo_type]}{repo.repo_id}.git/info/lfs/objects"
         objects: list[dict[str, Any]] = []
         for obj in requested:
@@ -105,7 +110,7 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
             elif state.storage.lfs_size(oid) == size and repo.has_object(oid):
                 objects.append({"oid": oid, "size": size})  # already in this repo: nothing to do
             else:  # even when stored for another repo: the client proves it has the bytes by sending them
-                grant = state.grants.sign(repo_type, repo.repo_id, oid)
+                grant = state.grants.sign(repo_type, repo.repo_id, oid, digest)
                 objects.append({"oid": oid, "size": size, "authenticated": True, "actions": {
                     "upload": {"href": f"{base}/{oid}/{size}?grant={grant}"},
                     "verify": {"href": f"{base}/{oid}/verify?grant={grant}"},
@@ -118,12 +123,16 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
 
 
 def _granted(request: Request, repo_type: str) -> Any:
-    """The repo of an upload href whose grant is valid for it and its object; 403 otherwise."""
+    """The repo of an upload href whose grant is valid for it and its object, and whose token may still write
+    to it (a revoked token or a lost membership ends its grants at once); 403 otherwise."""
     repo = file_repo(request, repo_type)
     oid = param(request, "oid")
-    if not hub(request).grants.check(request.query_params.get("grant"), repo_type, repo.repo_id, oid):
+    digest = hub(request).grants.check(request.query_params.get("grant"), repo_type, repo.repo_id, oid)
+    who = hub(request).tokens.lookup_digest(digest) if digest else None
+    if who is None:
         raise HubError(403, f"No valid upload grant for {oid} in {repo.repo_id}: ask the LFS batch API for a new "
-                            "upload URL (grants expire after an hour).")
+                            "upload URL (grants expire after an hour, or when their token is revoked).")
+    check_write(who, namespace(repo.repo_id), f"upload to this repository ({repo.repo_id})")
     return repo
 
 
