@@ -201,15 +201,20 @@ class TokenStore:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return _State()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise TokenError(f"{self.path} is not valid JSON ({exc}): restore it or delete it and create tokens "
                              "again.") from None
-        state = _State(users={str(u): [str(o) for o in orgs] for u, orgs in (data.get("users") or {}).items()})
-        for item in data.get("tokens") or []:
-            record = _Record(str(item["id"]), str(item["sha256"]), str(item["user"]), str(item.get("role", "read")),
-                             bool(item.get("admin", False)), int(item.get("created", 0)), str(item.get("name", "")))
-            if record.role in ROLES:
-                state.records[record.sha256] = record
+        try:
+            state = _State(users={str(u): [str(o) for o in orgs] for u, orgs in (data.get("users") or {}).items()})
+            for item in data.get("tokens") or []:
+                record = _Record(str(item["id"]), str(item["sha256"]), str(item["user"]),
+                                 str(item.get("role", "read")), bool(item.get("admin", False)),
+                                 int(item.get("created", 0)), str(item.get("name", "")))
+                if record.role in ROLES:
+                    state.records[record.sha256] = record
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise TokenError(f"{self.path} is not a tokens file of this hub ({type(exc).__name__}: {exc}): restore it "
+                             "or delete it and create tokens again.") from None
         return state
 
     def _save(self, state: _State) -> None:

@@ -8,7 +8,6 @@ to its own repository, so storage shared between repositories never leaks a priv
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,8 +28,10 @@ from .common import (
     field,
     file_repo,
     hub,
+    MAX_JSON_CONTAINERS,
     json_object,
     namespace,
+    parse_json,
     param,
     readable,
     repo_url,
@@ -184,17 +185,13 @@ def lfs_routes(prefix: str, repo_type: str) -> list[Route]:
 async def commit(request: Request) -> Response:
     if request.query_params.get("create_pr") in ("1", "true", "True"):
         raise HubError(400, "Pull requests are not supported by this local hub: commit to a branch instead.")
+    repo = await run_in_threadpool(api_repo, request)
+    who = await run_in_threadpool(writable, request, repo, "commit to this repository")  # before the body
     raw = await request.body()
-    try:
-        lines = [json.loads(line) for line in raw.splitlines() if line.strip()]
-    except (ValueError, RecursionError):
-        raise HubError(400, "The commit body is not valid NDJSON (one JSON object per line).") from None
-    header, operations = decode_commit_lines(lines)
+    header, operations = await run_in_threadpool(_decode_commit, raw)  # off the event loop: others go on
     branch_name = param(request, "rev")
 
     def work() -> tuple[Any, str]:
-        repo = api_repo(request)
-        who = writable(request, repo, "commit to this repository")
         oid = repo.commit(branch_name, operations, summary=header.get("summary") or "",
                           description=header.get("description") or "", parent_commit=header.get("parentCommit"),
                           author=(who.user, f"{who.user}@hub.local"))
@@ -203,6 +200,14 @@ async def commit(request: Request) -> Response:
     repo, oid = await run_in_threadpool(work)
     return JSONResponse({"success": True, "commitOid": oid,
                          "commitUrl": f"{repo_url(request, repo.repo_type, repo.repo_id)}/commit/{oid}"})
+
+
+def _decode_commit(raw: bytes) -> tuple[dict, list[Any]]:
+    if raw.count(b"{") + raw.count(b"[") > MAX_JSON_CONTAINERS:  # before splitting: no line is parsed then
+        raise HubError(413, f"The commit body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays: split "
+                            "it into several commits.")
+    what = "commit body (NDJSON, one JSON object per line)"
+    return decode_commit_lines([parse_json(line, what) for line in raw.splitlines() if line.strip()])
 
 
 # -- file downloads ---------------------------------------------------------------------------------------------

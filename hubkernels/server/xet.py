@@ -105,7 +105,8 @@ def _hash_param(request: Request) -> str:
 async def _body(request: Request, what: str) -> bytes:
     """The request body, refused before reading when it announces more than a xorb or shard may hold."""
     if int(request.headers.get("content-length") or 0) > fmt.MAX_XORB_BYTES:
-        raise HubError(413, f"The {what} is larger than 64 MiB, the Xet limit: let hf_xet split it.")
+        raise HubError(413, f"The {what} is larger than {fmt.MAX_XORB_BYTES} bytes, the Xet limit: let hf_xet "
+                                 "split it.")
     return await request.body()
 
 
