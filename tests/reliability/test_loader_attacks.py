@@ -55,6 +55,23 @@ def test_a_variant_named_json_does_not_replace_the_json_module(tmp_path, record)
     record(1)
 
 
+@pytest.mark.parametrize("unique", ["rev123", "1a2b3c4", "1a2b3c4_dirty", "abcdefghijklm", "Build_7"])
+def test_an_id_kernel_builder_accepts_loads(tmp_path, unique, record) -> None:
+    kid = f"_pure_cpu_{unique}"
+    _variant(tmp_path, kid, "VALUE = 7\n")
+    record(1)
+    assert hubkernels.get_local_kernel(tmp_path).VALUE == 7
+
+
+@pytest.mark.parametrize("kid", ["json", "_pure_cpu_", "_pure_cuda_1a2b3c4", "_pure_cpu_a.b", "_pure_cpu_a-b",
+                                 "_other_cpu_1a2b3c4"])
+def test_an_id_outside_the_builds_own_namespace_is_refused(tmp_path, kid, record) -> None:
+    _variant(tmp_path, kid, "VALUE = 7\n")
+    record(1)
+    with pytest.raises(MetadataError, match="key 'id'"):
+        hubkernels.get_local_kernel(tmp_path)
+
+
 def test_a_failed_load_named_torch_leaves_torch_imported(tmp_path, record) -> None:
     import torch
 
