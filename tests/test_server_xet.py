@@ -144,7 +144,8 @@ def test_a_200mb_incompressible_file_uploads_through_xet_both_ways_and_loads_byt
 
     from hubkernels.fetch import get_kernel
 
-    first, second = random.Random(200).randbytes(200 << 20), random.Random(201).randbytes(200 << 20)
+    # seeds whose hf_xet xorbs serialize to over 64 MiB (67,115,730 and 67,111,854 bytes): the old limit refused them
+    first, second = random.Random(202).randbytes(200 << 20), random.Random(209).randbytes(200 << 20)
     repo_id = f"org/huge-{uuid.uuid4().hex[:8]}"
     HfApi().create_repo(repo_id)
     hub.reset_requests()
@@ -164,6 +165,8 @@ def test_a_200mb_incompressible_file_uploads_through_xet_both_ways_and_loads_byt
     kernel = get_kernel(kernel_id, version=1, cache_dir=tmp_path / "c2")
     weights = Path(kernel.__file__).parent / "weights.bin"
     assert hashlib.sha256(weights.read_bytes()).digest() == hashlib.sha256(second).digest()
+    xorbs = [p.stat().st_size for p in (hub.root / "xet" / "xorbs").iterdir() if p.suffix != ".idx"]
+    assert max(xorbs) > 64 << 20  # the case that used to fail was exercised
 
 
 def _get(url: str, token: str | None = None, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
