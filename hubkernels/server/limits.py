@@ -86,7 +86,19 @@ class LimitsMiddleware:
                                    headers={"Connection": "close"})
             return message
 
-        await self.app(scope, bounded_receive, send)
+        async def draining_send(message: dict) -> None:
+            # An answer sent before a small body was read (a refusal: 401, 404 ...) reads the rest first, so the
+            # client is not reset (TCP RST) by a close with its bytes unread; large bodies are not waited for.
+            if message["type"] == "http.response.start" and not body_done and declared is not None \
+                    and int(declared) <= ANONYMOUS_BODY_BYTES:
+                try:
+                    while not body_done:
+                        await bounded_receive()
+                except HubError:
+                    pass
+            await send(message)
+
+        await self.app(scope, bounded_receive, draining_send)
 
 
 async def _refuse(send: Any, status: int, message: str) -> None:

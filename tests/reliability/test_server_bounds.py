@@ -87,8 +87,11 @@ def _body(rng: random.Random, word: str) -> bytes:
         {"tag": word, "message": word},
         {"startingPoint": word},
         {"visibility": word},
-        {"path_regex": word, "status": rng.choice([418, "__BIGFLOAT__", 99]), "headers": {word: word}},
-        {"path_regex": word, "status": 418, "headers": {"X-A": "a\nb" if rng.random() < .5 else word}},
+        # fault rules for TRACE only: the rule's own input is fuzzed, it never fires on the fuzz's requests
+        {"path_regex": word, "method": "TRACE", "status": rng.choice([418, "__BIGFLOAT__", 99]),
+         "headers": {word: word}},
+        {"path_regex": word, "method": "TRACE", "status": 418,
+         "headers": {"X-A": "a\nb" if rng.random() < .5 else word}},
         [word], word, "__BIGFLOAT__",
     ]
     body = _json_text(rng.choice(shapes))
@@ -155,6 +158,12 @@ def test_a_fuzz_of_names_paths_credentials_and_bodies_gives_no_server_traceback(
             if isinstance(exc, http_client.HTTPException):
                 raise
             continue
+        except ConnectionResetError as exc:
+            if any("\x00" in v for v in headers.values()):  # uvicorn's own 400 for a NUL in a header, then a
+                status = 400                              # close that can reset a client still sending its body
+            else:
+                status = 0
+                failures.append(f"{method} {path[:80]}: {type(exc).__name__}")
         except Exception as exc:  # a dropped connection, a malformed answer: the server failed this case
             status = 0
             failures.append(f"{method} {path[:80]}: {type(exc).__name__}")
