@@ -29,8 +29,9 @@ MAX_STR = 4096
 BACKENDS = ("cann", "cpu", "cuda", "metal", "neuron", "rocm", "tpu", "xpu")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
-# kernel-builder's unique id: 7 hex of the git tree (+ `_dirty`), or a random u64 in lowercase base32.
-_UNIQUE = r"(?:[0-9a-f]{7}(?:_dirty)?|[a-z2-7]{13})"
+# kernel-builder's unique id: 7 hex of the git tree (+ `_dirty`), a random u64 in lowercase base32, or whatever
+# `--unique-id` was given (e.g. `rev123`); it becomes part of a C and Python identifier, so identifier characters.
+_UNIQUE = r"[A-Za-z0-9_]{1,64}"
 _CUDA_ARCH = re.compile(r"\d{1,2}\.\d{1,2}[af]?(?:\+PTX)?")
 _ARCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,31}")
 _B64 = re.compile(r"[A-Za-z0-9+/]{1,200}={0,2}")

@@ -44,11 +44,19 @@ def trusted_orgs() -> set[str]:
 
 
 def version_freshness_s() -> float:
-    """`HUBKERNELS_VERSION_TTL`: seconds a resolved version->commit stays fresh for warm loads (default 600)."""
+    """`HUBKERNELS_VERSION_TTL`: seconds a resolved version->commit answers loads without asking the Hub. Unset
+    (0): every online load asks for the branch's current commit (one request), as HF `kernels` does, so a
+    re-uploaded `v1` is seen at once; set it to trade that for zero-request warm loads."""
     try:
-        return float(os.environ.get("HUBKERNELS_VERSION_TTL", "600"))
+        return float(os.environ.get("HUBKERNELS_VERSION_TTL", "0"))
     except ValueError:
-        return 600.0
+        return 0.0
+
+
+def trust_freshness_s() -> float:
+    """Seconds a publisher's trusted-publisher flag is reused: `HUBKERNELS_VERSION_TTL` when set, else 600 (a
+    refusal is never cached)."""
+    return version_freshness_s() if "HUBKERNELS_VERSION_TTL" in os.environ else 600.0
 
 
 def build_from_source() -> bool:

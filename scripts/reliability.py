@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -33,9 +34,26 @@ def main(argv: list[str]) -> int:
     (ROOT / "RELIABILITY.md").write_text(
         "# Reliability suite\n\n"
         "What `tests/reliability/` tried on its last recorded run, one row per test (figures are that run's).\n\n"
+        f"Run with `{COMMAND}` at commit {_commit()} on {_machine()}.\n\n"
         + table + f"\n\nRe-run everything and rewrite this file with `{COMMAND}`; one row with the command in its "
         "last column.\n")
     return status
+
+
+def _commit() -> str:
+    """The checkout's short commit, with ``+changes`` when tracked files differ from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=ROOT).returncode != 0
+    return (head.stdout.strip() or "unknown") + (" (+ uncommitted changes)" if dirty else "")
+
+
+def _machine() -> str:
+    info = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.exists() else [])
+              if line.startswith("model name")]
+    cpu = models[0] if models else platform.processor()
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), " \
+        f"Python {platform.python_version()}"
 
 
 def render(records: list[dict]) -> str:

@@ -136,21 +136,45 @@ def test_warm_load_in_a_new_process_makes_no_request(hub, published, cache) -> N
         b = f.get_kernel({published.repo_id!r}, revision={published.commits[1]!r})
         c = f.get_kernel({published.repo_id!r})
         print(a.VALUE, b.VALUE, c.VALUE)
-        """, cache)
+        """, cache, HUBKERNELS_VERSION_TTL="600")  # the user opts in to reusing resolved versions
     assert out.stdout.split() == ["1", "1", "2"]
     assert hub.requests() == []
 
 
+def test_a_warm_load_of_a_version_asks_only_the_branchs_commit(hub, published, cache) -> None:
+    get_kernel(published.repo_id, version=1, cache_dir=cache)
+    hub.reset_requests()
+    out = run_python(f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=1).VALUE)",
+                     cache)
+    assert out.stdout.split() == ["1"]
+    assert _api_requests(hub) == [("GET", f"/api/kernels/{published.repo_id}/refs")]
+
+
 @pytest.mark.slow
+def test_a_new_process_sees_a_reuploaded_version_at_once_in_both_loaders(hub, tmp_path) -> None:
+    repo_id = new_repo()
+    loaders = {"hubkernels": "import hubkernels as m", "kernels": "import kernels as m"}
+
+    def load_in_new_processes() -> list[str]:
+        return [run_python(f"{imp}; print(m.get_kernel({repo_id!r}, version=1).VALUE)", tmp_path / name,
+                           KERNELS_CACHE=str(tmp_path / name / "kernels")).stdout.split()[-1]
+                for name, imp in loaders.items()]
+
+    upload(make_kernel(tmp_path / "first", value=1), repo_id=repo_id)
+    before = load_in_new_processes()
+    upload(make_kernel(tmp_path / "again", value=2), repo_id=repo_id)  # the publisher re-uploads v1
+    assert (before, load_in_new_processes()) == (["1", "1"], ["2", "2"])  # 28dd25c: ours kept 1 for 600 s
+
+
 def test_ranks_starting_together_share_one_cache(hub, published, cache) -> None:
     code = f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=2).VALUE)"
-    env = {**os.environ, "HF_HUB_CACHE": str(cache)}
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HUBKERNELS_VERSION_TTL": "600"}
     ranks = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]
     results = [r.communicate(timeout=300) for r in ranks]
     assert [out.strip() for out, _ in results] == ["2"] * 4, [err[-2000:] for _, err in results]
     hub.reset_requests()
-    run_python(code, cache)  # the next job on this node: nothing left to ask
+    run_python(code, cache, HUBKERNELS_VERSION_TTL="600")  # the next job on this node: nothing left to ask
     assert hub.requests() == []
 
 
@@ -275,6 +299,7 @@ def test_a_cached_version_without_this_machines_variant_is_resolved_again_once(h
     assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 6
     assert [p for _, p in _api_requests(hub)].count(f"/api/kernels/{repo_id}/refs") == 1
     monkeypatch.setenv("HUBKERNELS_CACHE", str(cache))
+    monkeypatch.setenv("HUBKERNELS_VERSION_TTL", "600")
     assert cli.main(["info", repo_id]) == 0
     assert re.search(r"version cache: \d+ s old \(answers warm loads for 600 s", capsys.readouterr().out)
 

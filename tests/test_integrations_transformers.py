@@ -105,6 +105,27 @@ def test_transformers_use_kernels_loads_our_repo_through_hf_kernels(name, tmp_pa
         torch.testing.assert_close(model(IDS).logits, ref, rtol=1e-4, atol=1e-4)
 
 
+def test_hubkernels_kernelize_survives_train_and_eval_under_transformers_use_kernels(tmp_path, hub, ltx_build):
+    reason = _transformers_kernels_path()
+    if reason:
+        pytest.skip(reason)
+    publish_ltx(ltx_build.path, REPO)
+    cls, model = saved("llama", tmp_path)
+    with torch.no_grad():
+        ref = model(IDS).logits
+    model = cls.from_pretrained(tmp_path, use_kernels=True).eval()  # transformers' hooks, HF kernels' mapping
+    with use_kernel_mapping(ltx_kernels_mapping(REPO, version=1)):
+        hki.kernelize(model, mode=Mode.INFERENCE)
+    model.train()
+    model.eval()  # transformers re-runs HF kernels' kernelize on each switch
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        out = model(IDS).logits
+    ran = {e.key.split("::")[-1]: e.count for e in prof.key_averages() if "ltx_kernels" in e.key}
+    assert ran.get("rms_norm") == MODELS["llama"][1]["LlamaRMSNorm"]  # 28dd25c: 0 calls
+    assert sum(layer.__name__ == "LlamaRMSNorm" for layer in kernelized_layers(model).values()) == 5
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_transformers_kernel_config_loads_our_repo(name, tmp_path, hub, ltx_build):

@@ -45,6 +45,12 @@ def paths(hub) -> list[str]:
     return [r["path"] for r in hub.requests()]
 
 
+def refused(hub) -> list[dict]:
+    """Uploads the hub refused: xorbs, shards and commits (dedup and grant queries answer 404 by design)."""
+    return [r for r in hub.requests() if r["status"] >= 400 and r["method"] == "POST"
+            and ("/cas/v1/xorbs/" in r["path"] or "/cas/v1/shards" in r["path"] or "/commit/" in r["path"])]
+
+
 def reconstructions(hub) -> int:
     return sum("/cas/v2/reconstructions/" in p or "/cas/v1/reconstructions/" in p for p in paths(hub))
 
@@ -129,6 +135,38 @@ def test_hf_upload_cli_goes_through_xet(hub, tmp_path):
     assert any("/cas/v1/shards" in p for p in paths(hub))
     path = hf_hub_download(repo_id, "data/blob.bin", cache_dir=tmp_path / "c")
     assert Path(path).read_bytes() == BIG[: 6 << 20]
+
+
+def test_a_200mb_incompressible_file_uploads_through_xet_both_ways_and_loads_byte_identical(hub, tmp_path):
+    """hf_xet's serialized xorbs reach 67,117,208 bytes (just over 64 MiB): the hub takes them, through
+    `HfApi.upload_file` and through `hubkernels upload`, and both files come back byte-identical."""
+    from huggingface_hub import HfApi, hf_hub_download
+
+    from hubkernels.fetch import get_kernel
+
+    # seeds whose hf_xet xorbs serialize to over 64 MiB (67,115,730 and 67,111,854 bytes): the old limit refused them
+    first, second = random.Random(202).randbytes(200 << 20), random.Random(209).randbytes(200 << 20)
+    repo_id = f"org/huge-{uuid.uuid4().hex[:8]}"
+    HfApi().create_repo(repo_id)
+    hub.reset_requests()
+    HfApi().upload_file(path_or_fileobj=first, path_in_repo="huge.bin", repo_id=repo_id)
+    assert refused(hub) == [] and any("/cas/v1/xorbs/" in r["path"] for r in hub.requests())
+    assert Path(hf_hub_download(repo_id, "huge.bin", cache_dir=tmp_path / "c1")).read_bytes() == first
+
+    root = make_kernel(tmp_path / "k", backends=())
+    toml = root / "build.toml"
+    toml.write_text(toml.read_text().replace("[torch-noarch]", '[torch-noarch]\npyext = ["py", "bin"]'))
+    (root / "torch-ext" / "tiny_act" / "weights.bin").write_bytes(second)
+    build(root, backend="cpu", quiet=True)
+    kernel_id = f"hubkernels/huge-{uuid.uuid4().hex[:8]}"
+    hub.reset_requests()
+    assert cli.main(["upload", str(root), "--repo-id", kernel_id]) == 0
+    assert refused(hub) == []
+    kernel = get_kernel(kernel_id, version=1, cache_dir=tmp_path / "c2")
+    weights = Path(kernel.__file__).parent / "weights.bin"
+    assert hashlib.sha256(weights.read_bytes()).digest() == hashlib.sha256(second).digest()
+    xorbs = [p.stat().st_size for p in (hub.root / "xet" / "xorbs").iterdir() if p.suffix != ".idx"]
+    assert max(xorbs) > 64 << 20  # the case that used to fail was exercised
 
 
 def _get(url: str, token: str | None = None, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:

@@ -7,10 +7,11 @@ Verification is on by default: metadata.json must match the Hub's listing, and e
 in metadata.json. A receipt (the hash of each verified file) lets a warm load check content without the Hub: every
 file is hashed again once per process (a few hundred microseconds for a small build) and compared with it.
 
-The warm path makes no request at all: a 40-hex `revision`, or a `version` resolved within
-HUBKERNELS_VERSION_TTL seconds (default 600), plus a cached listing and a receipt, are all answered from
-`<cache>/kernels--org--name/hubkernels/` (see `_local`). Once one process on a node has loaded a kernel, other
-ranks and later jobs sharing its cache ask the Hub nothing. A receipt holds while every file keeps the content it
+A warm load of a `version` asks the Hub one thing, the branch's current commit (as HF `kernels` does, so a
+re-uploaded `v1` is seen at once); everything else, a cached listing and a receipt, is answered from
+`<cache>/kernels--org--name/hubkernels/` (see `_local`). A 40-hex `revision` or a lockfile makes no request at
+all, and so does a `version` resolved within HUBKERNELS_VERSION_TTL seconds when the user sets one (offline, the
+index answers whatever its age): then other ranks and later jobs sharing a node's cache ask the Hub nothing. A receipt holds while every file keeps the content it
 recorded; the Python code runs from sources checked as they are read (or code compiled from them at verification),
 never from `__pycache__`. `force_download=True` re-downloads and re-verifies everything.
 """
@@ -85,7 +86,8 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
     """Download (if needed), verify and import the best variant of a Hub kernel for this machine.
 
     `version=N` takes branch `v<N>`; `revision=` a branch, tag or commit; neither takes the newest version (and logs
-    which, so you can pin it). Version branches are looked up again after HUBKERNELS_VERSION_TTL seconds. Publishers the Hub flags as trusted load directly; others need
+    which, so you can pin it). Version branches are looked up on each online load (or after HUBKERNELS_VERSION_TTL
+    seconds, when set). Publishers the Hub flags as trusted load directly; others need
     `trust_remote_code=True`, a list of trusted organizations, or HUBKERNELS_TRUSTED_ORGS. `lockfile=` loads the
     commit recorded by `hubkernels lock` and checks the variant against it. The kernels it `kernel-depends` on
     load first. `build=True` (or HUBKERNELS_BUILD=auto) builds the published source here when no variant fits.

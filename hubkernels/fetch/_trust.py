@@ -1,5 +1,5 @@
 """Whether a kernel may run in this process: the caller's opt-in, HUBKERNELS_TRUSTED_ORGS, or the Hub's
-trusted-publisher flag (cached for HUBKERNELS_VERSION_TTL seconds; a refusal is never cached)."""
+trusted-publisher flag (cached for `settings.trust_freshness_s()` seconds; a refusal is never cached)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def check_trust(state: RepoState, remote: Remote, ref: Any, trust_remote_code: T
     if ref.commit in (record.get("approved_commits") or []):
         return "publisher"  # this exact commit was loaded while its publisher was trusted; commits are immutable
     age = time.time() - float(record.get("checked_at") or 0.0)
-    if record.get("publisher_trusted") is True and (settings.offline() or age < settings.version_freshness_s()):
+    if record.get("publisher_trusted") is True and (settings.offline() or age < settings.trust_freshness_s()):
         trusted = True  # a refusal is never cached: an org the Hub starts trusting loads on the next call
     elif settings.offline():
         raise UntrustedKernelError(

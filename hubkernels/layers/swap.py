@@ -261,8 +261,41 @@ def _set_forward(module: "nn.Module", forward: Optional[Callable]) -> None:
 
 
 def kernelized_layers(model: "nn.Module") -> dict[str, type]:
-    """Module path -> kernel layer class, for every module of `model` whose forward kernelize replaced."""
-    return {path: m.__dict__[_LAYER] for path, m in model.named_modules() if _LAYER in m.__dict__}
+    """Module path -> kernel layer class, for every module of `model` whose forward is kernelize's now (directly,
+    or under a hook that wrapped it)."""
+    return {path: m.__dict__[_LAYER] for path, m in model.named_modules() if _in_place(m)}
+
+
+def _in_place(module: "nn.Module") -> bool:
+    state = module.__dict__
+    installed = state.get(_INSTALLED)
+    return _LAYER in state and installed is not None and installed in (state.get("forward"),
+                                                                       state.get("_old_forward"))
+
+
+def reinstall_forwards(model: "nn.Module") -> int:
+    """Put back the kernel-layer forwards someone else replaced since kernelize (transformers' `use_kernels`
+    re-runs HF `kernels`' kernelize on every `train()`/`eval()`); returns how many."""
+    count = 0
+    for module in model.modules():
+        state = module.__dict__
+        if _LAYER in state and not _in_place(module):
+            module.forward = state[_INSTALLED]  # type: ignore[method-assign]
+            count += 1
+    return count
+
+
+def _train_keeping_kernels(self: "nn.Module", mode: bool = True) -> "nn.Module":
+    """`model.train(mode)` (and so `eval()`), then the kernelized forwards put back where a hook replaced them."""
+    out = type(self).train(self, mode)
+    reinstall_forwards(self)
+    return out
+
+
+def _keep_across_mode_switches(model: "nn.Module") -> None:
+    """Make `model.train()`/`model.eval()` keep kernelize's forwards (an instance method: deepcopy rebinds it)."""
+    if model.__dict__.get("train") is None:
+        model.__dict__["train"] = MethodType(_train_keeping_kernels, model)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -336,6 +369,7 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
             restore_forward(d.module)
             kept[(d.label, d.reason or "", d.quiet)] += 1
     if replaced:
+        _keep_across_mode_switches(model)
         logger.info("kernelize (%s, %s): replaced %s", mode, device_type,
                     ", ".join(f"{k} x{n}" for k, n in replaced.items()))
     for (label, reason, quiet), n in kept.items():

@@ -30,6 +30,7 @@ from filelock import FileLock
 TOKENS_FILE = "tokens.json"
 ROLES = ("read", "write")
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
+_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class TokenError(HubkernelsError, ValueError):
@@ -106,7 +107,11 @@ class TokenStore:
 
     def lookup(self, token: str) -> Identity | None:
         """The identity of a token, or None when it is unknown or revoked."""
-        digest = hash_token(token)
+        return self.lookup_digest(hash_token(token))
+
+    def lookup_digest(self, digest: str) -> Identity | None:
+        """The identity of the token whose `hash_token` is ``digest`` (what Xet tokens and upload grants carry, so
+        revoking the token revokes them at once), or None."""
         found = self._memory.get(digest)
         if found is not None:
             return found
@@ -196,15 +201,20 @@ class TokenStore:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return _State()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise TokenError(f"{self.path} is not valid JSON ({exc}): restore it or delete it and create tokens "
                              "again.") from None
-        state = _State(users={str(u): [str(o) for o in orgs] for u, orgs in (data.get("users") or {}).items()})
-        for item in data.get("tokens") or []:
-            record = _Record(str(item["id"]), str(item["sha256"]), str(item["user"]), str(item.get("role", "read")),
-                             bool(item.get("admin", False)), int(item.get("created", 0)), str(item.get("name", "")))
-            if record.role in ROLES:
-                state.records[record.sha256] = record
+        try:
+            state = _State(users={str(u): [str(o) for o in orgs] for u, orgs in (data.get("users") or {}).items()})
+            for item in data.get("tokens") or []:
+                record = _Record(str(item["id"]), str(item["sha256"]), str(item["user"]),
+                                 str(item.get("role", "read")), bool(item.get("admin", False)),
+                                 int(item.get("created", 0)), str(item.get("name", "")))
+                if record.role in ROLES:
+                    state.records[record.sha256] = record
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise TokenError(f"{self.path} is not a tokens file of this hub ({type(exc).__name__}: {exc}): restore it "
+                             "or delete it and create tokens again.") from None
         return state
 
     def _save(self, state: _State) -> None:
@@ -226,22 +236,26 @@ class TokenStore:
 
 
 class GrantSigner:
-    """Time-limited HMAC grants that let one upload (PUT and verify) of one object into one repo through."""
+    """Time-limited HMAC grants that let one upload (PUT and verify) of one object into one repo through, on
+    behalf of one token (its `hash_token` digest rides in the grant, so the route re-checks that token)."""
 
     def __init__(self, ttl_s: int = 3600) -> None:
         self._key = secrets.token_bytes(32)
         self.ttl_s = ttl_s
 
-    def sign(self, repo_type: str, repo_id: str, oid: str) -> str:
+    def sign(self, repo_type: str, repo_id: str, oid: str, digest: str) -> str:
         expires = int(time.time()) + self.ttl_s
-        return f"{expires}.{self._mac(repo_type, repo_id, oid, expires)}"
+        return f"{expires}.{digest}.{self._mac(repo_type, repo_id, oid, digest, expires)}"
 
-    def check(self, grant: str | None, repo_type: str, repo_id: str, oid: str) -> bool:
-        expires, _, mac = (grant or "").partition(".")
-        if not expires.isdigit() or int(expires) < time.time():
-            return False
-        return hmac.compare_digest(mac, self._mac(repo_type, repo_id, oid, int(expires)))
+    def check(self, grant: str | None, repo_type: str, repo_id: str, oid: str) -> str | None:
+        """The token digest of a valid, unexpired grant for this object and repo; None otherwise."""
+        expires, _, rest = (grant or "").partition(".")
+        digest, _, mac = rest.partition(".")
+        if not expires.isdigit() or int(expires) < time.time() or not _HEX64_RE.match(digest):
+            return None
+        expected = self._mac(repo_type, repo_id, oid, digest, int(expires))
+        return digest if hmac.compare_digest(mac.encode("utf-8", "replace"), expected.encode()) else None
 
-    def _mac(self, repo_type: str, repo_id: str, oid: str, expires: int) -> str:
-        message = f"{repo_type}\0{repo_id}\0{oid}\0{expires}".encode()
+    def _mac(self, repo_type: str, repo_id: str, oid: str, digest: str, expires: int) -> str:
+        message = f"{repo_type}\0{repo_id}\0{oid}\0{digest}\0{expires}".encode("utf-8", "surrogatepass")
         return hmac.new(self._key, message, hashlib.sha256).hexdigest()

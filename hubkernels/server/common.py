@@ -8,22 +8,25 @@ a member. An ``Authorization`` header with an unknown token is refused (401) on 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .auth import GrantSigner, Identity, TokenError, TokenStore
+from .auth import GrantSigner, Identity, TokenError, TokenStore, hash_token
 from .control import HubControl
-from .storage import REPO_TYPES, Entry, HubError, Repo, Storage, hub_date, matches_patterns
+from .storage import REPO_TYPES, CommitMeta, Entry, HubError, Repo, Storage, hub_date, matches_patterns
 
 PLURALS = {f"{t}s": t for t in REPO_TYPES}
 URL_PREFIX = {"model": "", "dataset": "datasets/", "space": "spaces/", "kernel": "kernels/"}
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
 """The Hub's message for an unknown token (huggingface_hub then raises a plain 401, not RepoNotFound)."""
 _UNSAFE_HEADER_RE = re.compile(r"[\x00-\x1f\x7f]")
+_TOKEN_TEXT_RE = re.compile(r"^[\x21-\x7e]{1,1024}$")  # a credential is printable ASCII, never anything else
 
 
 @dataclass
@@ -95,17 +98,47 @@ def param(request: Request, name: str) -> str:
 
 
 async def json_object(request: Request, what: str = "request body", example: str = "{...}") -> dict[str, Any]:
-    """The body as a JSON object (an empty body is ``{}``); 400 for invalid JSON or any other JSON value."""
+    """The body as a JSON object (an empty body is ``{}``); 400 for invalid JSON or any other JSON value. The
+    credentials are checked before a byte of the body is read (401 for an unknown token)."""
+    identity(request)
     body = await request.body()
     if not body.strip():
         return {}
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError):
-        raise HubError(400, f"The {what} is not valid JSON: send a JSON object, e.g. {example}.") from None
+    value = await run_in_threadpool(parse_json, body, what, example)
     if not isinstance(value, dict):
         raise HubError(400, f"The {what} must be a JSON object, e.g. {example}; got {type(value).__name__}.")
     return value
+
+
+MAX_JSON_CONTAINERS = 200_000
+"""The most objects and arrays one JSON or NDJSON body may hold (about 50 MiB once parsed)."""
+_SURROGATE_ESCAPE_RE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def parse_json(raw: bytes, what: str = "request body", example: str = "{...}") -> Any:
+    """One JSON document, parsed with limits: at most `MAX_JSON_CONTAINERS` containers (413), finite numbers
+    only, and text that is valid Unicode (no lone surrogates); 400 for anything else."""
+    if raw.count(b"{") + raw.count(b"[") > MAX_JSON_CONTAINERS:
+        raise HubError(413, f"The {what} holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays: split it.")
+    try:
+        value = json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+        if _SURROGATE_ESCAPE_RE.search(raw):
+            json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate raises here
+    except (ValueError, RecursionError):  # UnicodeError is a ValueError
+        raise HubError(400, f"The {what} is not valid JSON: send a JSON object, e.g. {example} (finite numbers, "
+                            "valid Unicode text).") from None
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
 
 
 def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
@@ -119,7 +152,14 @@ def field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], defaul
     return value
 
 
-def entry_json(entry: Entry, repo: Repo, commit: str, expand: bool = False) -> dict[str, Any]:
+def entries_json(entries: list[Entry], repo: Repo, commit: str, expand: bool = False) -> list[dict[str, Any]]:
+    """Tree / paths-info entries as the Hub lists them; with ``expand``, each one's last commit, found for all of
+    them in one bounded walk of the history (`Repo.last_commits`), never one ``git log`` per entry."""
+    last = repo.last_commits(commit, [e.path for e in entries]) if expand else {}
+    return [entry_json(e, repo, commit, last.get(e.path)) for e in entries]
+
+
+def entry_json(entry: Entry, repo: Repo, commit: str, last: CommitMeta | None = None) -> dict[str, Any]:
     """A tree / paths-info entry as the Hub lists it (``xetHash`` for files stored through Xet)."""
     out: dict[str, Any] = {"type": entry.type, "oid": entry.oid, "size": entry.size, "path": entry.path}
     if entry.lfs:
@@ -127,10 +167,8 @@ def entry_json(entry: Entry, repo: Repo, commit: str, expand: bool = False) -> d
         xet_hash = repo.storage.xet.file_for_sha256(entry.lfs.sha256) if repo.storage.xet else None
         if xet_hash:
             out["xetHash"] = xet_hash
-    if expand:
-        last = repo.log(commit, limit=1, path=entry.path)
-        if last:
-            out["lastCommit"] = {"id": last[0].oid, "title": last[0].title, "date": hub_date(last[0].timestamp)}
+    if last is not None:
+        out["lastCommit"] = {"id": last.oid, "title": last.title, "date": hub_date(last.timestamp)}
     return out
 
 
@@ -139,12 +177,27 @@ def entry_json(entry: Entry, repo: Repo, commit: str, expand: bool = False) -> d
 
 def identity(request: Request) -> Identity | None:
     """The token's identity, None without ``Authorization``; 401 for anything but a known bearer token."""
+    digest = credential_digest(request)
+    return None if digest is None else identity_of(request, digest)
+
+
+def credential_digest(request: Request) -> str | None:
+    """The `hash_token` digest of the request's bearer token, None without ``Authorization``; 401 for a header
+    that is not ``Bearer <printable ASCII>``."""
     header = request.headers.get("authorization")
     if header is None:
         return None
     scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or not _TOKEN_TEXT_RE.match(token):
+        raise HubError(401, INVALID_CREDENTIALS)
+    return hash_token(token)
+
+
+def identity_of(request: Request, digest: str) -> Identity:
+    """The identity of the token with this digest; 401 when it is unknown or was revoked."""
     try:
-        found = hub(request).tokens.lookup(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        found = hub(request).tokens.lookup_digest(digest)
     except TokenError as exc:  # a damaged tokens.json: the operator's to fix, said on every authenticated call
         raise HubError(503, str(exc)) from None
     if found is None:

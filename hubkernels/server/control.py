@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import re
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -30,6 +31,8 @@ CONTROL_PREFIX = "/_hubkernels/"
 PRIVATE_PATH = "<private repo>"
 """What the request log holds instead of the path of a request to a private repository."""
 MAX_FAULT_PATTERN = 256
+_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}$")
+_HEADER_VALUE_RE = re.compile(r"^[\x20-\x7e]{0,1000}$")
 """The longest ``path_regex`` a fault may have."""
 _MATCH_TIMEOUT_S = 0.05
 
@@ -73,6 +76,15 @@ class Fault:
             raise ValueError("truncate_after must be a number of bytes >= 0.")
         if self.times is not None and int(self.times) < 1:
             raise ValueError("times must be >= 1, or null for every matching request.")
+        for name, value in (self.headers or {}).items():  # sent as they are: a bad one would break the answer
+            if not isinstance(name, str) or not isinstance(value, str) or not _HEADER_NAME_RE.match(name) \
+                    or not _HEADER_VALUE_RE.match(value):
+                raise ValueError(f"Invalid fault header {name!r}: names are HTTP tokens, values printable ASCII "
+                                 "(no newline).")
+        if self.method is not None and not _HEADER_NAME_RE.match(self.method):
+            raise ValueError(f"Invalid fault method {self.method!r}: use an HTTP method such as GET.")
+        if not 0 <= float(self.delay_s) <= 3600:
+            raise ValueError("delay_s must be between 0 and 3600 seconds.")
 
     def matches(self, method: str, path: str) -> bool:
         """Whether the rule applies; raises TimeoutError when the pattern takes too long on this path."""

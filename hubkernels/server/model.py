@@ -75,6 +75,8 @@ def check_repo_name(org: str, name: str) -> None:
                                 "at most 96 characters, no '--' or '..', not ending in '.git'.")
 
 
+SNAPSHOT_CACHE_ENTRIES = 100_000
+"""The most tree entries all cached snapshots hold together (about 50 MiB; one larger tree is still cached alone)."""
 MAX_PATH_LENGTH = 1024
 """The longest file path a commit may add, in UTF-8 bytes."""
 MAX_PATH_DEPTH = 64
@@ -229,11 +231,16 @@ class Operation:
 
 
 class _LRU:
-    """A small thread-safe LRU map for immutable values (snapshots and commit metadata by commit id)."""
+    """A small thread-safe LRU map for immutable values (snapshots and commit metadata by commit id), bounded by
+    its number of values and, with ``weight``, by their total weight (a snapshot weighs its entries, so many
+    commits of a 20,000-file tree cannot fill memory)."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, *, weight=None, max_weight: int = 0) -> None:
         self._data: collections.OrderedDict = collections.OrderedDict()
         self._maxsize = maxsize
+        self._weight = weight
+        self._max_weight = max_weight
+        self._total = 0
         self._lock = threading.Lock()
 
     def get(self, key):
@@ -245,10 +252,18 @@ class _LRU:
 
     def put(self, key, value) -> None:
         with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._total -= self._weigh(old)
             self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self._maxsize:
-                self._data.popitem(last=False)
+            self._total += self._weigh(value)
+            while len(self._data) > self._maxsize or (self._max_weight and self._total > self._max_weight
+                                                      and len(self._data) > 1):
+                _, evicted = self._data.popitem(last=False)
+                self._total -= self._weigh(evicted)
+
+    def _weigh(self, value) -> int:
+        return self._weight(value) if self._weight else 0
 
 
 def matches_patterns(path: str, patterns: list[str]) -> bool:

@@ -33,6 +33,8 @@ PRIVATE_MARKER = "hubkernels-private"
 #: The large-file objects a repository may name, one empty file per sha256 (uploaded to it, or in its history).
 OBJECT_LINKS = "hubkernels-objects"
 _LINKS_SCANNED = ".scanned"
+#: The most commits one expanded listing walks to find its entries' last commits.
+LAST_COMMIT_WALK = 10_000
 
 
 class Repo:
@@ -173,6 +175,30 @@ class Repo:
             metas.append(meta)
         return metas
 
+    def last_commits(self, commit: str, paths: list[str], max_commits: int = LAST_COMMIT_WALK) -> dict[str,
+                                                                                                    CommitMeta]:
+        """The newest commit touching each path (a folder: any file under it), from one ``git log --name-only``
+        walk of at most ``max_commits`` commits; paths not touched within them are left out."""
+        wanted = set(paths)
+        found: dict[str, CommitMeta] = {}
+        if not wanted:
+            return found
+        out = self.git("-c", "core.quotePath=false", "log", f"--max-count={max_commits}", "--name-only",
+                       "--format=%x1e%H%x00%an%x00%ct%x00%s", commit)
+        for record in out.decode("utf-8", "surrogateescape").split("\x1e")[1:]:
+            head, _, names = record.partition("\n")
+            oid, author, ts, title = head.split("\0", 3)
+            meta = CommitMeta(oid, title, "", author, int(ts))
+            for name in names.splitlines():
+                parts = name.split("/")
+                for depth in range(1, len(parts) + 1):  # the file and every folder above it
+                    path = "/".join(parts[:depth])
+                    if path in wanted and path not in found:
+                        found[path] = meta
+            if len(found) == len(wanted):
+                break
+        return found
+
     def read_blob(self, oid: str) -> bytes:
         return self.git("cat-file", "blob", oid)
 
@@ -264,18 +290,27 @@ class Repo:
     # -- helpers ------------------------------------------------------------------------------------------------
 
     def _blob_content(self, op: Operation) -> bytes:
+        """The git blob of an added file. A regular file whose text is an LFS pointer is read as one by every
+        download, so it obeys the rule of an ``lfsFile``: it may only name an object this repository owns."""
         if op.kind == "file":
+            pointer = LfsPointer.parse(op.content)
+            if pointer is None:
+                return op.content
+            self._pointer_blob(op.path, pointer.sha256, pointer.size)
             return op.content
-        size = self.storage.lfs_size(op.lfs_oid)
-        if size is None and self.storage.xet is not None and self.has_object(op.lfs_oid) \
-                and self.storage.xet.fill_lfs(op.lfs_oid):
-            size = self.storage.lfs_size(op.lfs_oid)  # uploaded through Xet: rebuilt from its xorbs, sha256 checked
-        if size is None or (op.lfs_size is not None and op.lfs_size != size) or not self.has_object(op.lfs_oid):
-            raise HubError(400, f"LFS object {op.lfs_oid} (size {op.lfs_size}) for {op.path!r} was never uploaded "
+        return self._pointer_blob(op.path, op.lfs_oid, op.lfs_size)
+
+    def _pointer_blob(self, path: str, oid: str, announced: int | None) -> bytes:
+        """The pointer blob of object ``oid``, which must be stored and owned by this repository (400 if not)."""
+        size = self.storage.lfs_size(oid) if _SHA256_RE.match(oid) else None
+        if size is None and self.storage.xet is not None and self.has_object(oid) and self.storage.xet.fill_lfs(oid):
+            size = self.storage.lfs_size(oid)  # uploaded through Xet: rebuilt from its xorbs, sha256 checked
+        if size is None or (announced is not None and announced != size) or not self.has_object(oid):
+            raise HubError(400, f"LFS object {oid} (size {announced}) for {path!r} was never uploaded "
                                 f"to {self.repo_id}: upload it first (LFS batch API, or Xet with a current hf_xet: "
                                 "`pip install -U hf_xet`, older ones do not send the sha256 this hub needs), then "
                                 "commit.")
-        return LfsPointer.render(op.lfs_oid, size)
+        return LfsPointer.render(oid, size)
 
     def _write_blobs(self, contents: list[bytes]) -> Iterator[str]:
         """Store blobs with one ``git hash-object -w`` call and yield their oids in order."""
@@ -296,8 +331,8 @@ class Repo:
             return self.git("mktree", input=b"").decode().strip()
         with tempfile.TemporaryDirectory(dir=self.storage.tmp_dir) as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp, "index"))}
-            info = "".join(f"{mode} {oid}\t{path}\n" for path, (mode, oid) in sorted(files.items()))
-            self.git("update-index", "--index-info", input=info.encode(), env=env)
+            info = "".join(f"{mode} {oid}\t{path}\0" for path, (mode, oid) in sorted(files.items()))
+            self.git("update-index", "-z", "--index-info", input=info.encode(), env=env)  # -z: names never quoted
             return self.git("write-tree", env=env).decode().strip()
 
     def _commit_tree(self, tree: str, parents: list[str], message: str, author: tuple[str, str]) -> str:

@@ -8,7 +8,6 @@ to its own repository, so storage shared between repositories never leaks a priv
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -24,10 +23,15 @@ from .common import (
     URL_PREFIX,
     api_repo,
     base_url,
+    check_write,
+    credential_digest,
     field,
     file_repo,
     hub,
+    MAX_JSON_CONTAINERS,
     json_object,
+    namespace,
+    parse_json,
     param,
     readable,
     repo_url,
@@ -93,6 +97,8 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
     def work() -> list[dict[str, Any]]:
         repo = file_repo(request, repo_type)
         writable(request, repo, "upload to this repository")
+        digest = credential_digest(request)
+        assert digest is not None  # writable() needs a token
         base = f"{base_url(request)}/{URL_PREFIX[repo_type]}{repo.repo_id}.git/info/lfs/objects"
         objects: list[dict[str, Any]] = []
         for obj in requested:
@@ -105,7 +111,7 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
             elif state.storage.lfs_size(oid) == size and repo.has_object(oid):
                 objects.append({"oid": oid, "size": size})  # already in this repo: nothing to do
             else:  # even when stored for another repo: the client proves it has the bytes by sending them
-                grant = state.grants.sign(repo_type, repo.repo_id, oid)
+                grant = state.grants.sign(repo_type, repo.repo_id, oid, digest)
                 objects.append({"oid": oid, "size": size, "authenticated": True, "actions": {
                     "upload": {"href": f"{base}/{oid}/{size}?grant={grant}"},
                     "verify": {"href": f"{base}/{oid}/verify?grant={grant}"},
@@ -118,12 +124,16 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
 
 
 def _granted(request: Request, repo_type: str) -> Any:
-    """The repo of an upload href whose grant is valid for it and its object; 403 otherwise."""
+    """The repo of an upload href whose grant is valid for it and its object, and whose token may still write
+    to it (a revoked token or a lost membership ends its grants at once); 403 otherwise."""
     repo = file_repo(request, repo_type)
     oid = param(request, "oid")
-    if not hub(request).grants.check(request.query_params.get("grant"), repo_type, repo.repo_id, oid):
+    digest = hub(request).grants.check(request.query_params.get("grant"), repo_type, repo.repo_id, oid)
+    who = hub(request).tokens.lookup_digest(digest) if digest else None
+    if who is None:
         raise HubError(403, f"No valid upload grant for {oid} in {repo.repo_id}: ask the LFS batch API for a new "
-                            "upload URL (grants expire after an hour).")
+                            "upload URL (grants expire after an hour, or when their token is revoked).")
+    check_write(who, namespace(repo.repo_id), f"upload to this repository ({repo.repo_id})")
     return repo
 
 
@@ -175,17 +185,13 @@ def lfs_routes(prefix: str, repo_type: str) -> list[Route]:
 async def commit(request: Request) -> Response:
     if request.query_params.get("create_pr") in ("1", "true", "True"):
         raise HubError(400, "Pull requests are not supported by this local hub: commit to a branch instead.")
+    repo = await run_in_threadpool(api_repo, request)
+    who = await run_in_threadpool(writable, request, repo, "commit to this repository")  # before the body
     raw = await request.body()
-    try:
-        lines = [json.loads(line) for line in raw.splitlines() if line.strip()]
-    except (ValueError, RecursionError):
-        raise HubError(400, "The commit body is not valid NDJSON (one JSON object per line).") from None
-    header, operations = decode_commit_lines(lines)
+    header, operations = await run_in_threadpool(_decode_commit, raw)  # off the event loop: others go on
     branch_name = param(request, "rev")
 
     def work() -> tuple[Any, str]:
-        repo = api_repo(request)
-        who = writable(request, repo, "commit to this repository")
         oid = repo.commit(branch_name, operations, summary=header.get("summary") or "",
                           description=header.get("description") or "", parent_commit=header.get("parentCommit"),
                           author=(who.user, f"{who.user}@hub.local"))
@@ -194,6 +200,14 @@ async def commit(request: Request) -> Response:
     repo, oid = await run_in_threadpool(work)
     return JSONResponse({"success": True, "commitOid": oid,
                          "commitUrl": f"{repo_url(request, repo.repo_type, repo.repo_id)}/commit/{oid}"})
+
+
+def _decode_commit(raw: bytes) -> tuple[dict, list[Any]]:
+    if raw.count(b"{") + raw.count(b"[") > MAX_JSON_CONTAINERS:  # before splitting: no line is parsed then
+        raise HubError(413, f"The commit body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays: split "
+                            "it into several commits.")
+    what = "commit body (NDJSON, one JSON object per line)"
+    return decode_commit_lines([parse_json(line, what) for line in raw.splitlines() if line.strip()])
 
 
 # -- file downloads ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from .common import (
     INVALID_CREDENTIALS,
     api_repo,
     check_write,
-    entry_json,
+    entries_json,
     field,
     hub,
     identity,
@@ -192,21 +192,30 @@ def list_tree(request: Request) -> Response:
     recursive = request.query_params.get("recursive", "").lower() in ("1", "true")
     expand = request.query_params.get("expand", "").lower() in ("1", "true")
     entries: Iterable[Entry] = snap.walk(directory) if recursive else snap.children.get(directory, [])
-    return JSONResponse([entry_json(e, repo, commit, expand) for e in entries])
+    return JSONResponse(entries_json(list(entries), repo, commit, expand))
+
+
+MAX_PATHS_INFO = 100_000
+"""The most form fields (paths) one paths-info request may name."""
 
 
 async def paths_info(request: Request) -> Response:
-    # the client posts a form: paths=a&paths=b&expand=False
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    # the client posts a form: paths=a&paths=b&expand=False; who may read the repo is settled before the body
+    repo = await run_in_threadpool(lambda: readable(request, api_repo(request)))
+    raw = await request.body()
+    try:
+        form = await run_in_threadpool(lambda: parse_qs(raw.decode("utf-8", "replace"),
+                                                        max_num_fields=MAX_PATHS_INFO))
+    except ValueError:
+        raise HubError(413, f"A paths-info request names at most {MAX_PATHS_INFO} paths: split it.") from None
     paths = form.get("paths", [])
     expand = (form.get("expand") or ["false"])[0].lower() == "true"
 
     def work() -> list[dict[str, Any]]:
-        repo = readable(request, api_repo(request))
         commit = repo.resolve(param(request, "rev"))
         snap = repo.snapshot(commit)
         found = [snap.entries[p.strip("/")] for p in paths if p.strip("/") in snap.entries]
-        return [entry_json(e, repo, commit, expand) for e in found]
+        return entries_json(found, repo, commit, expand)
 
     return JSONResponse(await run_in_threadpool(work))
 

@@ -30,6 +30,7 @@ from .model import (  # noqa: F401  (re-exported: the routes and other modules i
     MAX_POINTER_SIZE,
     NULL_SHA,
     REPO_TYPES,
+    SNAPSHOT_CACHE_ENTRIES,
     SYSTEM_AUTHOR,
     USER_AUTHOR,
     USER_NAME,
@@ -73,7 +74,7 @@ class Storage:
             raise RuntimeError("The local hub stores repositories with git, but `git` is not on PATH: install git.")
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._snapshots = _LRU(256)
+        self._snapshots = _LRU(256, weight=lambda snap: len(snap.entries), max_weight=SNAPSHOT_CACHE_ENTRIES)
         self._commits = _LRU(4096)
         self._pointer_cache: dict[str, LfsPointer | None] = {}
         self.xet: XetStore | None = None  # set by hubkernels.server.xet.install

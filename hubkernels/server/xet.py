@@ -2,14 +2,16 @@
 
 Tokens: ``GET /api/{t}/{org}/{name}/xet-{read,write}-token/{rev}`` answers ``{"accessToken", "exp", "casUrl"}``
 (and the same in ``X-Xet-Access-Token`` / ``X-Xet-Token-Expiration`` / ``X-Xet-Cas-Url``). A token names its repo,
-scope and expiry and is HMAC-signed with a per-server secret, so the CAS routes check it without a database.
+scope, expiry and the hub token it was issued to, and is HMAC-signed with a per-server secret; every CAS call
+re-checks that hub token's access to the repo as it is now (revocation and visibility changes apply at once).
 CAS (under ``{hub}/cas``): ``POST /v1/xorbs/default/{hash}`` stores a verified xorb, ``POST /v1/shards`` registers
-the files a shard describes (each term checked against the stored xorbs, with its verification hash, and the
-file hash recomputed), ``GET /v1|v2/reconstructions/{file}`` tells a downloader which chunk ranges to fetch from
-signed ``/v1/xorb-data/{hash}`` URLs. ``GET /v1/chunks/...`` (global dedup) always answers 404: nothing is shared.
+the files a shard describes (each term checked against the stored xorbs, with its verification hash, the
+file hash recomputed, and its claimed sha256 checked on the rebuilt bytes before anything points at them);
+``GET /v1|v2/reconstructions/{file}`` tells a downloader which chunk ranges to fetch from signed
+``/v1/xorb-data/{hash}`` URLs. ``GET /v1/chunks/...`` (global dedup) always answers 404: nothing is shared.
 
-The git repos stay the source of truth: a commit's ``lfsFile`` names the sha256 the shard recorded, the file is
-rebuilt from its xorbs into the LFS store (its sha256 checked) and git keeps an ordinary LFS pointer, so plain
+The git repos stay the source of truth: a commit's ``lfsFile`` names the sha256 the shard recorded (the shard
+rebuilt the file into the LFS store) and git keeps an ordinary LFS pointer, so plain
 downloads still work; resolve answers for such files add ``X-Xet-Hash`` and ``Link: <read-token>; rel="xet-auth"``.
 """
 
@@ -25,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import xet_format as fmt
-from .common import readable, writable
+from .common import check_write, credential_digest, identity_of, namespace, readable, writable
 from .storage import Entry, HubError, Repo, Storage
 from .xet_store import CAS_PREFIX, XetStore
 
@@ -44,7 +46,7 @@ def xet_routes(api_repo: Callable[[Request], Repo]) -> list[Route]:
             if rev != "None":  # the client sends "None" when it commits to a pull request it has not opened yet
                 repo.resolve(rev)
             store = _store(request)
-            access, exp = store.issue_token(repo.repo_type, repo.repo_id, scope)
+            access, exp = store.issue_token(repo.repo_type, repo.repo_id, scope, credential_digest(request))
             cas = f"{str(request.base_url).rstrip('/')}{CAS_PREFIX}"
             return JSONResponse({"accessToken": access, "exp": exp, "casUrl": cas}, headers={
                 "X-Xet-Access-Token": access, "X-Xet-Token-Expiration": str(exp), "X-Xet-Cas-Url": cas})
@@ -112,37 +114,37 @@ def _hash_param(request: Request) -> str:
 async def _body(request: Request, what: str) -> bytes:
     """The request body, refused before reading when it announces more than a xorb or shard may hold."""
     if int(request.headers.get("content-length") or 0) > fmt.MAX_XORB_BYTES:
-        raise HubError(413, f"The {what} is larger than 64 MiB, the Xet limit: let hf_xet split it.")
+        raise HubError(413, f"The {what} is larger than {fmt.MAX_XORB_BYTES} bytes, the Xet limit: let hf_xet "
+                                 "split it.")
     return await request.body()
 
 
 async def upload_xorb(request: Request) -> Response:
     store = _store(request)
-    claims = store.check_token(request, "write")
+    repo = await run_in_threadpool(_authorized, request, "write")
     xorb_hex = _hash_param(request)
     data = await _body(request, "xorb")
     try:
         inserted = await run_in_threadpool(store.put_xorb, xorb_hex, data)
     except fmt.XetFormatError as exc:
         raise HubError(400, f"Rejected xorb {xorb_hex}: {exc}") from None
-    _repo(request, claims).link_object(xorb_hex)  # a shard of this repo may use it now
+    repo.link_object(xorb_hex)  # a shard of this repo may use it now (its bytes were just checked)
     return JSONResponse({"was_inserted": inserted})
 
 
 def head_xorb(request: Request) -> Response:
-    claims = _store(request).check_token(request, "read")
+    repo = _authorized(request, "read")
     xorb_hex = _hash_param(request)
     path = _store(request).xorb_path(xorb_hex)
-    if not path.is_file() or not _repo(request, claims).has_object(xorb_hex):
+    if not path.is_file() or not repo.has_object(xorb_hex):
         return Response(status_code=404)  # stored for another repo only: this one uploads its own copy
     return Response(status_code=200, headers={"Content-Length": str(path.stat().st_size)})
 
 
 async def upload_shard(request: Request) -> Response:
     store = _store(request)
-    claims = store.check_token(request, "write")
+    repo = await run_in_threadpool(_authorized, request, "write")
     data = await _body(request, "shard")
-    repo = _repo(request, claims)
     try:
         files = await run_in_threadpool(store.put_shard, data, repo.has_object)
     except fmt.XetFormatError as exc:
@@ -153,19 +155,33 @@ async def upload_shard(request: Request) -> Response:
     return JSONResponse({"result": 1})
 
 
-def _repo(request: Request, claims: dict[str, Any]) -> Repo:
-    """The repository a Xet token was issued for."""
-    return request.app.state.hub.storage.repo(claims["t"], claims["r"])
+def _authorized(request: Request, scope: str) -> Repo:
+    """The repository the request's Xet token names, if that token is still good for it now: signed and
+    unexpired, and the hub token it was issued to (none for an anonymous read token) still exists and may still
+    read it (write to it, for ``scope="write"``) as the repository is now (a repo turned private stops anonymous
+    read tokens; a revoked token stops its Xet tokens). 401 otherwise."""
+    claims = _store(request).check_token(request, scope)
+    repo = request.app.state.hub.storage.repo(claims["t"], claims["r"])
+    digest = claims.get("k")
+    who = identity_of(request, digest) if digest else None
+    if repo.private and (who is None or not who.member_of(namespace(repo.repo_id))):
+        raise HubError(401, "This Xet token no longer reads its repository (it turned private, or the token it was "
+                            "issued to lost access): request a new one from the xet-read-token route.")
+    if scope == "write":
+        if who is None:
+            raise HubError(401, "This Xet token was not issued to a write token: use the xet-write-token route.")
+        check_write(who, namespace(repo.repo_id), f"upload to this repository ({repo.repo_id})")
+    return repo
 
 
-def _check_readable(request: Request, claims: dict[str, Any], sha256: str | None) -> None:
+def _check_readable(repo: Repo, sha256: str | None) -> None:
     """Refuse a file that the repo the read token names does not hold (a 404, as for an unknown file)."""
-    if sha256 is None or not _repo(request, claims).has_object(sha256):
+    if sha256 is None or not repo.has_object(sha256):
         raise HubError(404, "No such file in the repository this Xet token was issued for.")
 
 
 def dedup_query(request: Request) -> Response:
-    _store(request).check_token(request, "read")
+    _authorized(request, "read")
     _hash_param(request)
     return Response(status_code=404)  # no global deduplication: every upload sends its own chunks
 
@@ -183,9 +199,9 @@ def _range(request: Request) -> tuple[int, int | None]:
 
 async def _plan(request: Request) -> tuple[XetStore, dict[str, Any]]:
     store = _store(request)
-    claims = store.check_token(request, "read")
+    repo = await run_in_threadpool(_authorized, request, "read")
     file_hex = _hash_param(request)
-    _check_readable(request, claims, store.file(file_hex)["sha256"])
+    _check_readable(repo, store.file(file_hex)["sha256"])
     first, last = _range(request)
     plan = await run_in_threadpool(store.plan, file_hex, first, last)
     base = str(request.base_url).rstrip("/")
@@ -208,9 +224,12 @@ async def reconstruction_v1(request: Request) -> Response:
 
 
 def head_file(request: Request) -> Response:
+    """The size of a file the token's repository holds; 404 alike for unknown files and other repos' files."""
     store = _store(request)
-    store.check_token(request, "read")
-    return Response(status_code=200, headers={"Content-Length": str(store.file(_hash_param(request))["size"])})
+    repo = _authorized(request, "read")
+    record = store.file(_hash_param(request))
+    _check_readable(repo, record["sha256"])
+    return Response(status_code=200, headers={"Content-Length": str(record["size"])})
 
 
 def xorb_data(request: Request) -> Response:

@@ -26,7 +26,9 @@ VERIFICATION_KEY = bytes([127, 24, 87, 214, 206, 86, 237, 102, 18, 127, 249, 19,
 SHARD_HEADER_TAG = b"HFRepoMetaData\x00" + bytes([85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205,
                                                     209, 74, 169])
 XORB_FOOTER_IDENT = b"XETBLOB"
-MAX_XORB_BYTES = 64 << 20
+MAX_XORB_BYTES = 65 << 20
+"""The largest serialized xorb or shard accepted: 64 MiB of chunk data (xet-core's cap) plus chunk headers and the
+footer (hf_xet's reach 67,117,208 bytes, just over 64 MiB)."""
 MAX_CHUNK_BYTES = 128 << 10
 _BOOKEND = b"\xff" * 32
 _FLAG_VERIFICATION = 1 << 31
@@ -120,8 +122,8 @@ def decompress_chunk(scheme: int, payload: bytes, size: int) -> bytes:
     if scheme == 0:
         data = payload
     elif scheme in (1, 2):
-        try:
-            data = lz4.frame.decompress(payload)
+        try:  # never more than the header's size + 1: an LZ4 bomb costs no more memory than an honest chunk
+            data = lz4.frame.LZ4FrameDecompressor().decompress(payload, max_length=size + 1)
         except RuntimeError as exc:
             raise XetFormatError(f"A chunk's LZ4 data is corrupt: {exc}.") from None
         if scheme == 2:
@@ -176,7 +178,7 @@ def iter_chunks(xorb: bytes, start: int = 0, end: int | None = None):
 def index_xorb(xorb: bytes, expected_hash: bytes) -> list[ChunkRecord]:
     """Parse and verify an uploaded xorb: every chunk decompresses and the chunks hash to ``expected_hash``."""
     if len(xorb) > MAX_XORB_BYTES:
-        raise XetFormatError(f"The xorb is {len(xorb)} bytes; the limit is 64 MiB.")
+        raise XetFormatError(f"The xorb is {len(xorb)} bytes; the limit is {MAX_XORB_BYTES}.")
     records = [ChunkRecord(chunk_hash(data), a, b, len(data)) for a, b, data in iter_chunks(xorb)]
     if not records:
         raise XetFormatError("The xorb holds no chunk.")

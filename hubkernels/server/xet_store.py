@@ -12,7 +12,7 @@ import struct
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from starlette.requests import Request
 
@@ -36,9 +36,12 @@ class XetStore:
 
     # -- tokens -------------------------------------------------------------------------------------------------
 
-    def issue_token(self, repo_type: str, repo_id: str, scope: str) -> tuple[str, int]:
+    def issue_token(self, repo_type: str, repo_id: str, scope: str, digest: str | None) -> tuple[str, int]:
+        """A signed token for one repo and scope, naming the hub token it was issued to (``digest``, None when
+        anonymous) so that each use re-checks that token's access."""
         exp = int(time.time()) + TOKEN_TTL_S
-        claims = json.dumps({"t": repo_type, "r": repo_id, "s": scope, "e": exp}, separators=(",", ":")).encode()
+        claims = json.dumps({"t": repo_type, "r": repo_id, "s": scope, "e": exp, "k": digest},
+                            separators=(",", ":")).encode()
         body = base64.urlsafe_b64encode(claims).decode().rstrip("=")
         return f"xet_{body}.{self._sign(body)}", exp
 
@@ -47,7 +50,8 @@ class XetStore:
         header = request.headers.get("authorization", "")
         value = header[7:].strip() if header.lower().startswith("bearer ") else ""
         body, _, sig = value.removeprefix("xet_").partition(".")
-        if not value.startswith("xet_") or not hmac.compare_digest(sig, self._sign(body)):
+        if not value.startswith("xet_") or not value.isascii() \
+                or not hmac.compare_digest(sig.encode(), self._sign(body).encode()):
             raise HubError(401, "Missing or invalid Xet token: get one from /api/{type}s/{repo}/xet-"
                                 f"{scope}-token/{{revision}} on this hub and send it as a bearer token.")
         claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
@@ -72,11 +76,12 @@ class XetStore:
         return self.dir / "xorbs" / xorb_hex
 
     def put_xorb(self, xorb_hex: str, data: bytes) -> bool:
-        """Verify and store a xorb; False when it was already stored."""
+        """Verify and store a xorb; False when it was already stored. The bytes are verified either way: posting
+        a stored hash proves nothing unless the bytes hash to it (the repo is then linked to the xorb)."""
         path = self.xorb_path(xorb_hex)
+        records = fmt.index_xorb(data, fmt.hex_to_hash(xorb_hex))
         if path.is_file():
             return False
-        records = fmt.index_xorb(data, fmt.hex_to_hash(xorb_hex))
         index = b"".join(_RECORD.pack(r.hash, r.byte_start, r.byte_end, r.size) for r in records)
         _atomic_write(self.storage, path.with_suffix(".idx"), index)
         _atomic_write(self.storage, path, data)  # last: a xorb counts as stored once its data is in place
@@ -107,11 +112,40 @@ class XetStore:
         for file in files:
             file_hex = fmt.hash_to_hex(file.hash)
             terms = [[fmt.hash_to_hex(t.xorb), t.size, t.start, t.end] for t in file.terms]
+            if file.sha256 is not None:  # the claim is checked on the bytes before anyone is pointed at them
+                self._store_claimed(file_hex, file.sha256, file.size, terms)
             record = {"size": file.size, "sha256": file.sha256, "terms": terms}
             _atomic_write(self.storage, self.dir / "files" / file_hex, json.dumps(record).encode())
             if file.sha256 is not None:
                 _atomic_write(self.storage, self.dir / "sha256" / file.sha256, file_hex.encode())
         return files
+
+    def _store_claimed(self, file_hex: str, sha256: str, size: int, terms: list[list[Any]]) -> None:
+        """Rebuild a shard's file from its xorbs and check it hashes to the sha256 the shard claims (400 if not);
+        the bytes land in the LFS store, so a commit naming the file needs no second rebuild."""
+        writer = self.storage.lfs_writer(sha256, size)
+        try:
+            for raw in self._reconstruct(terms):
+                writer.write(raw)
+        except BaseException:
+            writer.abort()
+            raise
+        try:
+            writer.finish()
+        except HubError:
+            raise HubError(400, f"File {file_hex}: its chunks do not hash to the sha256 {sha256} its shard claims; "
+                                "a shard may only name content it uploads.") from None
+
+    def _reconstruct(self, terms: list[list[Any]]) -> Iterator[bytes]:
+        """The raw bytes of a file's terms, chunk by chunk."""
+        for xorb_hex, _size, start, end in terms:
+            chunks = self.chunks(xorb_hex)
+            first, last = chunks[start].byte_start, chunks[end - 1].byte_end
+            with open(self.xorb_path(xorb_hex), "rb") as f:  # only the term's bytes, not the whole xorb
+                f.seek(first)
+                data = f.read(last - first)
+            for _, _, raw in fmt.iter_chunks(data, 0, len(data)):
+                yield raw
 
     def _check_file(self, file: fmt.FileRecord) -> None:
         file_hex = fmt.hash_to_hex(file.hash)
@@ -154,11 +188,8 @@ class XetStore:
         record = self.file(file_hex)
         writer = self.storage.lfs_writer(sha256, record["size"])
         try:
-            for xorb_hex, _size, start, end in record["terms"]:
-                chunks = self.chunks(xorb_hex)
-                data = self.xorb_path(xorb_hex).read_bytes()
-                for _, _, raw in fmt.iter_chunks(data, chunks[start].byte_start, chunks[end - 1].byte_end):
-                    writer.write(raw)
+            for raw in self._reconstruct(record["terms"]):
+                writer.write(raw)
         except BaseException:
             writer.abort()
             raise

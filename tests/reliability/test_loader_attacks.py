@@ -55,6 +55,23 @@ def test_a_variant_named_json_does_not_replace_the_json_module(tmp_path, record)
     record(1)
 
 
+@pytest.mark.parametrize("unique", ["rev123", "1a2b3c4", "1a2b3c4_dirty", "abcdefghijklm", "Build_7"])
+def test_an_id_kernel_builder_accepts_loads(tmp_path, unique, record) -> None:
+    kid = f"_pure_cpu_{unique}"
+    _variant(tmp_path, kid, "VALUE = 7\n")
+    record(1)
+    assert hubkernels.get_local_kernel(tmp_path).VALUE == 7
+
+
+@pytest.mark.parametrize("kid", ["json", "_pure_cpu_", "_pure_cuda_1a2b3c4", "_pure_cpu_a.b", "_pure_cpu_a-b",
+                                 "_other_cpu_1a2b3c4"])
+def test_an_id_outside_the_builds_own_namespace_is_refused(tmp_path, kid, record) -> None:
+    _variant(tmp_path, kid, "VALUE = 7\n")
+    record(1)
+    with pytest.raises(MetadataError, match="key 'id'"):
+        hubkernels.get_local_kernel(tmp_path)
+
+
 def test_a_failed_load_named_torch_leaves_torch_imported(tmp_path, record) -> None:
     import torch
 
@@ -107,6 +124,72 @@ def test_two_copies_of_one_build_under_different_ids_are_a_typed_error_not_an_ab
     assert out.returncode == 0, out.stderr[-2000:]  # b50b33f: the process aborts (torch namespace registered twice)
     assert out.stdout.split() == ["KernelLoadError", "KernelLoadError"], out.stdout
     record(2)
+
+
+def _renamed_copy(src: Path, dest: Path, new_id: str) -> Path:
+    """A copy of the variant at `src` whose metadata id, Python files and library file name say `new_id` (the
+    library itself still registers `src`'s op namespace)."""
+    meta = Metadata.read(src)
+    shutil.copytree(src, dest)
+    data = json.loads((dest / "metadata.json").read_text())
+    data["id"] = new_id
+    (dest / "metadata.json").write_text(json.dumps(data))
+    for py in dest.glob("*.py"):
+        py.write_text(py.read_text().replace(meta.id, new_id))
+    (dest / f"{meta.id}.abi3.so").rename(dest / f"{new_id}.abi3.so")
+    return dest / f"{new_id}.abi3.so"
+
+
+def _same_length_id(kid: str) -> str:
+    """Another id of the same length as `kid` (its 7-hex unique part changed)."""
+    head, sep, tail = kid.rpartition("_cpu_")
+    return head + sep + ("1111111" if tail[:7] == "0000000" else "0000000") + tail[7:]
+
+
+def test_32_appended_bytes_naming_pyinit_do_not_pass_the_module_id_check(ltx_build, tmp_path, record) -> None:
+    src = ltx_build.path
+    other = _same_length_id(Metadata.read(src).id)
+    lib = _renamed_copy(src, tmp_path / "k" / "build" / src.name, other)
+    with open(lib, "ab") as f:
+        f.write(f"PyInit_{other}\0".encode().ljust(32, b"\0"))  # what the old byte search looked for
+    out = _python(f"""
+        import hubkernels
+        from hubkernels.errors import HubkernelsError
+        hubkernels.get_local_kernel({str(src)!r})
+        try:
+            hubkernels.get_local_kernel({str(lib.parent)!r})
+            print("LOADED")
+        except HubkernelsError as e:
+            print(type(e).__name__, "PyInit" in str(e))
+        """)
+    record(1, int(out.returncode != 0 or "LOADED" in out.stdout))
+    assert out.returncode == 0, out.stderr[-2000:]  # 28dd25c: SIGSEGV, registering the namespace twice
+    assert out.stdout.split() == ["KernelLoadError", "True"], out.stdout
+
+
+def test_a_second_build_of_one_op_namespace_under_another_id_is_refused_before_dlopen(ltx_build, tmp_path,
+                                                                                       record) -> None:
+    src = ltx_build.path
+    meta = Metadata.read(src)
+    other = _same_length_id(meta.id)
+    lib = _renamed_copy(src, tmp_path / "k" / "build" / src.name, other)
+    data = lib.read_bytes()
+    assert data.count(f"PyInit_{meta.id}".encode()) >= 1
+    lib.write_bytes(data.replace(f"PyInit_{meta.id}".encode(), f"PyInit_{other}".encode()))  # a rebuilt module id
+    out = _python(f"""
+        import hubkernels
+        from hubkernels.load import OpNamespaceError
+        first = hubkernels.get_local_kernel({str(src)!r})
+        try:
+            hubkernels.get_local_kernel({str(lib.parent)!r})
+            print("LOADED")
+        except OpNamespaceError as e:
+            print("OpNamespaceError", {meta.id!r} in str(e))
+        print(first.__name__)
+        """)
+    record(1, int(out.returncode != 0 or "LOADED" in out.stdout))
+    assert out.returncode == 0, out.stderr[-2000:]  # 28dd25c: SIGSEGV (both loaders)
+    assert out.stdout.split() == ["OpNamespaceError", "True", meta.id], out.stdout
 
 
 # -- hole 3: trust given by keys alone --------------------------------------------------------------------
