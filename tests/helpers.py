@@ -52,6 +52,14 @@ def make_kernel(root: Path, *, version: int = 1, value: int = 1, backends: tuple
     return root
 
 
+def without_artifacts(repo_id: str, version: int = 1) -> str:
+    """Remove `wheels/` from a kernel's v<version> branch, leaving the layout kernel-builder publishes (build/ and
+    source/), which loaders fetch file by file; returns the new commit."""
+    from huggingface_hub import HfApi
+
+    return HfApi().delete_folder("wheels", repo_id, repo_type="kernel", revision=f"v{version}").oid
+
+
 def new_repo(org: str = "hubkernels") -> str:
     """A fresh repo id on the shared session hub."""
     return f"{org}/tiny-{uuid.uuid4().hex[:10]}"

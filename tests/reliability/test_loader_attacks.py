@@ -22,7 +22,7 @@ from hubkernels.errors import KernelLoadError, MetadataError, UsageError
 from hubkernels.fetch import DownloadError, get_kernel, install
 from hubkernels.fetch._local import RepoState
 from hubkernels.metadata import Metadata
-from helpers import make_kernel, new_repo
+from helpers import make_kernel, new_repo, without_artifacts
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -288,6 +288,7 @@ def test_upstream_hf_hub_download_writes_where_the_etag_says(tmp_path, record) -
 def test_our_download_refuses_an_etag_that_is_not_the_files_hash(hub, tmp_path, record) -> None:
     repo_id = new_repo()
     upload(make_kernel(tmp_path / "k", value=1), repo_id=repo_id)
+    without_artifacts(repo_id)  # per-file downloads, where the ETag names each file's blob
     commit = hubkernels.fetch.kernel_versions(repo_id)[1]
     outside = tmp_path / "outside"
     outside.mkdir()

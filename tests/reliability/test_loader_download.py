@@ -17,7 +17,7 @@ import pytest
 from hubkernels.errors import HubkernelsError
 from hubkernels.fetch import DownloadError, get_kernel, install, kernel_versions
 from hubkernels.fetch._local import RepoState
-from helpers import make_kernel, new_repo
+from helpers import make_kernel, new_repo, without_artifacts
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +30,7 @@ def kernel(hub, tmp_path_factory) -> tuple[str, str]:
     repo_id = new_repo()
     upload(make_kernel(tmp_path_factory.mktemp("k") / "k", value=3,
                        extra_files={"table.py": "TABLE = " + repr(list(range(200))) + "\n"}), repo_id=repo_id)
+    without_artifacts(repo_id)  # the file-by-file path (a kernel-builder repo); one artifact has its own tests
     return repo_id, kernel_versions(repo_id)[1]
 
 
