@@ -204,6 +204,9 @@ def _check_library(variant_dir: Path, metadata: Metadata) -> None:
         )
     library = variant_dir / own[0]
     exports, namespaces = _native_facts(library)
+    # TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) names its init symbol after the macro, unexpanded, while the namespace
+    # it registers is the macro's value: the build's id (kernel-builder's rule)
+    namespaces = {metadata.id if ns == "TORCH_EXTENSION_NAME" else ns for ns in namespaces}
     if exports is None:  # not ELF (Mach-O, PE): the bytes are all there is to go on
         exports = {f"PyInit_{metadata.id}"} if f"PyInit_{metadata.id}\0".encode() in library.read_bytes() else set()
     if f"PyInit_{metadata.id}" not in exports:
