@@ -44,6 +44,7 @@ _EXPORTS = {
     "PublishError": "hubkernels.publish",
     "SliceError": "hubkernels.slice",
     "LockFileError": "hubkernels.lock",
+    "OpNamespaceError": "hubkernels.load",
     "KernelNotFoundError": "hubkernels.fetch",
     "UntrustedKernelError": "hubkernels.fetch",
     "DownloadError": "hubkernels.fetch",

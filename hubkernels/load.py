@@ -311,6 +311,10 @@ def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: V
             if name == metadata.id or name.startswith(metadata.id + "."):
                 sys.modules.pop(name, None)
         _finder.packages.pop(metadata.id, None)
+        mine = {p.resolve() for p in variant_dir.iterdir() if p.suffix in (".so", ".pyd")}
+        for namespace, holder in list(_namespace_holders.items()):  # a library that did not load holds nothing
+            if holder in mine and namespace not in _registered_namespaces():
+                del _namespace_holders[namespace]
         if not isinstance(e, Exception):
             raise
         reason = _native_load_failure(e)

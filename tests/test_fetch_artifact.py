@@ -34,7 +34,7 @@ def _cold_requests(hub, repo_id: str, cache: Path) -> list[tuple[str, str]]:
     return [(m, p) for m, p in api_requests(hub) if p != TELEMETRY]
 
 
-def test_cold_requests_are_the_same_for_9_and_500_files_and_warm_loads_ask_nothing(hub, tmp_path: Path) -> None:
+def test_cold_requests_are_equal_for_9_and_500_files_and_a_warm_load_asks_only_the_commit(hub, tmp_path: Path) -> None:
     small, large = _published(tmp_path, 9), _published(tmp_path, 500)
     asked_small = _cold_requests(hub, small, tmp_path / "cache-small")
     asked_large = _cold_requests(hub, large, tmp_path / "cache-large")
@@ -46,8 +46,11 @@ def test_cold_requests_are_the_same_for_9_and_500_files_and_warm_loads_ask_nothi
     assert variant(commit) == ["torch-cpu"]
     assert len(list((tmp_path / "cache-large").rglob("part_*.py"))) == 497
 
-    hub.reset_requests()  # warm: a new process with the same cache
+    hub.reset_requests()  # warm: a new process with the same cache asks only for v1's current commit, as kernels
     run_python(f"import hubkernels.fetch as f; f.get_kernel({large!r}, version=1)", tmp_path / "cache-large")
+    assert [r["path"] for r in hub.requests()] == [f"/api/kernels/{large}/refs"]
+    hub.reset_requests()  # pinned to the commit (or locked): nothing at all
+    run_python(f"import hubkernels.fetch as f; f.get_kernel({large!r}, revision={commit!r})", tmp_path / "cache-large")
     assert hub.requests() == []
 
 
