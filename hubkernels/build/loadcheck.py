@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..system import Variant
-from .symbols import _STD, ElfModule, TorchTable, installed_table, read_elf, shipped_tables
+from .symbols import STD_MANGLED, ElfModule, TorchTable, installed_table, read_elf, shipped_tables
 
 __all__ = ["PLATFORM_FLOOR", "LoadCheck", "admitted_tables", "check_module", "check_variant", "load_problems",
            "variant_load_problems"]
@@ -145,7 +145,7 @@ def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, r
             continue
         if not table.complete and _TORCH_CXX.match(u.name):
             continue  # torch's C++ API: the stable-ABI check names these
-        if _STD.match(u.name):  # not in torch's libraries: libstdc++ serves it, at the version it defines it
+        if STD_MANGLED.match(u.name):  # not in torch's libraries: libstdc++ serves it, at the version it defines it
             version = _libstdcxx_versions().get(u.name)
             if version is None or _numbers(version.partition("_")[2]) > _FLOOR_VERSIONS["GLIBCXX"]:
                 report(f"{so.name} calls {_demangle(u.name)}, which torch does not export and libstdc++ has only "

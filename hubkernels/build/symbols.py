@@ -34,7 +34,7 @@ TORCH_LIBRARIES = ("libc10.so", "libtorch_cpu.so", "libtorch.so", "libc10_cuda.s
                    "libtorch_global_deps.so", "libgomp.so.1")
 #: Mangled names of the C++ standard library (std::, __gnu_cxx::, __cxxabiv1::, operator new/delete):
 #: the only C++ symbols a table keeps, since a torch library that exports one serves it to a module first.
-_STD = re.compile(r"^_Z(?:N[KRVO]*|T[ISV]|Th?n?\d*_?)?(?:St|S[aboisd]|9__gnu_cxx|10__cxxabiv1)|^_Z(?:nw|na|dl|da)")
+STD_MANGLED = re.compile(r"^_Z(?:N[KRVO]*|T[ISV]|Th?n?\d*_?)?(?:St|S[aboisd]|9__gnu_cxx|10__cxxabiv1)|^_Z(?:nw|na|dl|da)")
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def _version_names(elf) -> dict[int, tuple[str, str | None]]:  # type: ignore[no
 
 
 def _library(elf: ElfModule, name: str, keep_all: bool) -> Library:
-    exports = elf.exports if keep_all else frozenset(s for s in elf.exports if not s.startswith("_Z") or _STD.match(s))
+    exports = elf.exports if keep_all else frozenset(s for s in elf.exports if not s.startswith("_Z") or STD_MANGLED.match(s))
     return Library(elf.soname or name, elf.needed, exports)
 
 
