@@ -27,7 +27,7 @@ from .. import settings
 from ..errors import DigestError
 from ..layout import WHEELS_DIR, wheel_label
 from ..slice import sm_of
-from ._hub import _HASH, DownloadError, KernelNotFoundError, Remote, call, endpoint
+from ._hub import Remote, call
 from ._local import RepoState, TreeEntry, _read_json, _write_json, git_blob_id
 
 if TYPE_CHECKING:
@@ -72,32 +72,11 @@ def _no_wheels(state: RepoState, commit: str) -> bool:
 def _list_wheels(remote: Remote, commit: str) -> dict[str, dict] | None:
     """{path: {size, blob_id, lfs_sha256?, xet_hash?}} of every file under wheels/ at `commit`: one request. None
     when the commit has no wheels/ (a repo published by kernel-builder)."""
-    from huggingface_hub import RepoFile
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-
-    def files() -> list:
-        return list(remote.api.list_repo_tree(remote.repo_id, path_in_repo=WHEELS_DIR, recursive=True,
-                                              revision=commit, repo_type="kernel"))
-
-    try:
-        entries = call(f"listing the variant artifacts of {remote.repo_id}@{commit[:7]}", files, attempts=1)
-    except EntryNotFoundError:
+    files = remote.list_files(commit, WHEELS_DIR, "the variant artifacts")
+    if files is None:
         return None
-    except RevisionNotFoundError:
-        raise KernelNotFoundError(f"{remote.repo_id} has no commit {commit} on {endpoint()}. Check the revision, or "
-                                  "load a version: get_kernel(repo_id, version=N).") from None
-    except RepositoryNotFoundError as e:
-        raise remote.not_found(e) from None
-    out: dict[str, dict] = {}
-    for e in entries:
-        if not isinstance(e, RepoFile):
-            continue
-        if not _HASH.fullmatch(str(e.blob_id)) or (e.lfs and not _HASH.fullmatch(str(e.lfs.sha256))):
-            raise DownloadError(f"the Hub listed {e.path} of {remote.repo_id}@{commit[:7]} with a malformed hash; "
-                                "refusing to download from it. Check HF_ENDPOINT.")
-        out[e.path] = {"size": e.size, "blob_id": e.blob_id, **({"lfs_sha256": e.lfs.sha256} if e.lfs else {}),
-                       **({"xet_hash": e.xet_hash} if getattr(e, "xet_hash", None) else {})}
-    return out
+    return {e.path: {"size": e.size, "blob_id": e.blob_id, **({"lfs_sha256": e.lfs.sha256} if e.lfs else {}),
+                     **({"xet_hash": e.xet_hash} if getattr(e, "xet_hash", None) else {})} for e in files}
 
 
 def artifact_of(tree: dict[str, TreeEntry] | None, variant: str) -> str | None:

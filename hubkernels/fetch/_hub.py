@@ -235,6 +235,14 @@ class Remote:
     def files_under(self, commit: str, directory: str, what: str, missing: str) -> dict[str, TreeEntry]:
         """Every file under `directory` at `commit`, with size and hashes, in one listing; `missing` is the
         KernelNotFoundError's message when the directory does not exist. A malformed hash refuses the server."""
+        files = self.list_files(commit, directory, what)
+        if files is None:
+            raise KernelNotFoundError(missing)
+        return {e.path: TreeEntry(e.size, e.blob_id, e.lfs.sha256 if e.lfs else None) for e in files}
+
+    def list_files(self, commit: str, directory: str, what: str) -> list | None:
+        """The RepoFile entries under `directory` at `commit` (one request), None when it does not exist; a
+        missing commit or repo is a KernelNotFoundError, a malformed hash a DownloadError."""
         from huggingface_hub import RepoFile
         from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -245,7 +253,7 @@ class Remote:
         try:
             entries = call(f"listing {what} of {self.repo_id}@{commit[:7]}", listing, attempts=1)
         except EntryNotFoundError:
-            raise KernelNotFoundError(missing) from None
+            return None
         except RevisionNotFoundError:
             raise KernelNotFoundError(
                 f"{self.repo_id} has no commit {commit} on {endpoint()}. Check the revision, or load a version: "
@@ -259,7 +267,7 @@ class Remote:
                 raise DownloadError(f"{endpoint()} listed {e.path} of {self.repo_id}@{commit[:7]} with a malformed "
                                     "hash; refusing to download from it. The server is broken or malicious: check "
                                     "HF_ENDPOINT.")
-        return {e.path: TreeEntry(e.size, e.blob_id, e.lfs.sha256 if e.lfs else None) for e in files}
+        return files
 
     def download(self, commit: str, paths: list[str], cache_dir: Path, *, force: bool, label: str,
                  etags: Mapping[str, str] | None = None) -> None:
