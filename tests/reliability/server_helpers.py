@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -67,3 +70,15 @@ def proc_figures(pid: int) -> dict[str, int]:
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1])
     return {"rss_kib": rss, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def serve_process(root: Path, *options: str, cwd: Path) -> tuple[subprocess.Popen, str]:
+    """`hubkernels serve --test-mode` over `root` in its own process, after creating a write token of `local-user`
+    in `org`; returns the process and its URL once it printed it. `options` are serve's own flags."""
+    subprocess.run([sys.executable, "-m", "hubkernels.server", "token", "create", "--user", "local-user", "--org",
+                    "org", "--write", "--root", str(root)], check=True, capture_output=True, cwd=cwd, timeout=60)
+    proc = subprocess.Popen([sys.executable, "-m", "hubkernels.server", "--root", str(root), *options,
+                             "--test-mode"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    assert ready, "the hub printed nothing within 60 s"
+    return proc, proc.stdout.readline().split()[3]

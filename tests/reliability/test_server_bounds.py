@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import pytest
 from huggingface_hub import HfApi
-from server_helpers import http, raw_exchange
+from server_helpers import http, raw_exchange, serve_process
 
 from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub
 
@@ -187,13 +187,7 @@ def test_a_fuzz_of_names_paths_credentials_and_bodies_gives_no_server_traceback(
 def served(tmp_path_factory):
     """`hubkernels serve --test-mode` in its own process with its default body limits (2 s read timeout)."""
     root = tmp_path_factory.mktemp("served-root")
-    subprocess.run([sys.executable, "-m", "hubkernels.server", "token", "create", "--user", "local-user", "--org",
-                    "org", "--write", "--root", str(root)], check=True, capture_output=True, cwd=ROOT, timeout=60)
-    proc = subprocess.Popen([sys.executable, "-m", "hubkernels.server", "--root", str(root), "--read-timeout", "2",
-                             "--test-mode"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    ready, _, _ = select.select([proc.stdout], [], [], 60)
-    assert ready, "the hub printed nothing within 60 s"
-    url = proc.stdout.readline().split()[3]
+    proc, url = serve_process(root, "--read-timeout", "2", cwd=ROOT)
     yield proc, url, root
     proc.terminate()
     proc.wait(timeout=20)

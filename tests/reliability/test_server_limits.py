@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import select
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import HfApi
-from server_helpers import http, ndjson, post_json, proc_figures, raw_exchange
+from server_helpers import http, ndjson, post_json, proc_figures, raw_exchange, serve_process
 
 from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub
 
@@ -37,14 +36,7 @@ def limited(tmp_path_factory):
 def hub_process(tmp_path_factory):
     """`hubkernels serve --test-mode` in its own process (1 MiB bodies, 1 s read timeout), and its pid."""
     root = tmp_path_factory.mktemp("process-root")
-    subprocess.run([sys.executable, "-m", "hubkernels.server", "token", "create", "--user", "local-user", "--org",
-                    "org", "--write", "--root", str(root)], check=True, capture_output=True, cwd=ROOT, timeout=60)
-    proc = subprocess.Popen([sys.executable, "-m", "hubkernels.server", "--root", str(root), "--max-body-mb", "1",
-                             "--read-timeout", "1", "--test-mode"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT)
-    ready, _, _ = select.select([proc.stdout], [], [], 60)
-    assert ready, "the hub printed nothing within 60 s"
-    url = proc.stdout.readline().split()[3]
+    proc, url = serve_process(root, "--max-body-mb", "1", "--read-timeout", "1", cwd=ROOT)
     token = json.loads(subprocess.run([sys.executable, "-m", "hubkernels.server", "token", "list", "--json",
                                        "--root", str(root)], capture_output=True, text=True, cwd=ROOT).stdout)
     assert len(token) == 1
