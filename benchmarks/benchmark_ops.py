@@ -19,6 +19,7 @@ EPS6, EPS5 = 1e-6, 1e-5
 
 # ---- eager formulas (what diffusers' LTX-Video does today) ---------------------------------------
 
+
 def eager_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
     """diffusers.models.normalization.RMSNorm.forward."""
     dtype = x.dtype
@@ -33,8 +34,9 @@ def eager_modulate(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, ep
     return eager_rms_norm(x, None, eps) * (1 + scale) + shift
 
 
-def eager_add_modulate(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
-                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def eager_add_modulate(
+    x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The LTX block's cross-attention residual, then the feed-forward's AdaLN: (h, modulated h)."""
     h = x + y
     return h, eager_modulate(h, scale, shift, eps)
@@ -56,8 +58,9 @@ def eager_qk_norm_rope(q, k, wq, wk, cos, sin, eps):  # type: ignore[no-untyped-
 
 def rope_freqs(dim: int, theta: float, device: torch.device) -> torch.Tensor:
     """diffusers' LTX-Video per-axis RoPE frequencies (pi/2 included), float32 [dim // 6]."""
-    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device,
-                                    dtype=torch.float32)
+    freqs = theta ** torch.linspace(
+        math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device, dtype=torch.float32
+    )
     return freqs * math.pi / 2.0
 
 
@@ -189,8 +192,14 @@ class LtxOps(Benchmark):
 
     # qk_rms_norm_rope: the self-attention prologue, RoPE from tables
     def setup_qk_rms_norm_rope(self):  # type: ignore[no-untyped-def]
-        return (self._bsd(), self._bsd(), self._weight(), self._weight(), self._bsd(torch.float32).cos(),
-                self._bsd(torch.float32).sin())
+        return (
+            self._bsd(),
+            self._bsd(),
+            self._weight(),
+            self._weight(),
+            self._bsd(torch.float32).cos(),
+            self._bsd(torch.float32).sin(),
+        )
 
     def benchmark_qk_rms_norm_rope(self, q, k, wq, wk, cos, sin):  # type: ignore[no-untyped-def]
         return self.kernel.qk_rms_norm_rope(q, k, wq, wk, cos, sin, EPS5)
@@ -207,8 +216,14 @@ class LtxOps(Benchmark):
     # qk_rms_norm_rope_grid: the prologue with the angles computed from positions (a 16 x 16 x 24 latent)
     def setup_qk_rms_norm_rope_grid(self):  # type: ignore[no-untyped-def]
         s = self.shape
-        return (self._bsd(), self._bsd(), self._weight(), self._weight(),
-                ltx_positions(s["batch"], s["tokens"], self.device), rope_freqs(s["hidden"], 10000.0, self.device))
+        return (
+            self._bsd(),
+            self._bsd(),
+            self._weight(),
+            self._weight(),
+            ltx_positions(s["batch"], s["tokens"], self.device),
+            rope_freqs(s["hidden"], 10000.0, self.device),
+        )
 
     def benchmark_qk_rms_norm_rope_grid(self, q, k, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
         return self.kernel.qk_rms_norm_rope_grid(q, k, wq, wk, pos, freqs, EPS5)

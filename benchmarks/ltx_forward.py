@@ -22,8 +22,14 @@ from hubkernels.layers import Mode
 MODES = ("eager", "eager+kernels", "compile", "compile+kernels")
 
 
-def build_ltx(config_kwargs: dict[str, Any], *, dtype: torch.dtype = torch.float32,
-              device: Union[str, torch.device] = "cpu", seed: int = 0, strong_modulation: bool = True):
+def build_ltx(
+    config_kwargs: dict[str, Any],
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device] = "cpu",
+    seed: int = 0,
+    strong_modulation: bool = True,
+):
     """An LTXVideoTransformer3DModel with seeded random weights, created on `device`, in eval mode.
 
     strong_modulation: AdaLN tables with std 0.5 (the init's is 1/sqrt(D)) and q/k norm weights in
@@ -44,9 +50,17 @@ def build_ltx(config_kwargs: dict[str, Any], *, dtype: torch.dtype = torch.float
     return model.to(dtype=dtype).eval()
 
 
-def ltx_inputs(config_kwargs: dict[str, Any], *, batch: int = 2, tokens_shape: tuple[int, int, int] = (2, 4, 6),
-               text_len: int = 16, per_token_timesteps: bool = False, dtype: torch.dtype = torch.float32,
-               device: Union[str, torch.device] = "cpu", seed: int = 1) -> dict[str, Any]:
+def ltx_inputs(
+    config_kwargs: dict[str, Any],
+    *,
+    batch: int = 2,
+    tokens_shape: tuple[int, int, int] = (2, 4, 6),
+    text_len: int = 16,
+    per_token_timesteps: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: Union[str, torch.device] = "cpu",
+    seed: int = 1,
+) -> dict[str, Any]:
     """Keyword arguments for the transformer's forward (return_dict=False), as the LTX pipelines pass them.
 
     tokens_shape is (latent frames, height, width). The text mask pads the last quarter of the second
@@ -58,7 +72,7 @@ def ltx_inputs(config_kwargs: dict[str, Any], *, batch: int = 2, tokens_shape: t
     g = torch.Generator().manual_seed(seed)
     mask = torch.ones(batch, text_len)
     if batch > 1:
-        mask[1, text_len - text_len // 4:] = 0
+        mask[1, text_len - text_len // 4 :] = 0
     if per_token_timesteps:
         timestep = torch.rand(batch, seq, generator=g) * 1000
         timestep[:, : height * width] = 0.0
@@ -66,11 +80,14 @@ def ltx_inputs(config_kwargs: dict[str, Any], *, batch: int = 2, tokens_shape: t
         timestep = torch.rand(batch, generator=g) * 1000
     return dict(
         hidden_states=torch.randn(batch, seq, config_kwargs.get("in_channels", 128), generator=g).to(device, dtype),
-        encoder_hidden_states=torch.randn(batch, text_len, config_kwargs.get("caption_channels", 4096),
-                                          generator=g).to(device, dtype),
+        encoder_hidden_states=torch.randn(batch, text_len, config_kwargs.get("caption_channels", 4096), generator=g).to(
+            device, dtype
+        ),
         timestep=timestep.to(device),
         encoder_attention_mask=mask.to(device),
-        num_frames=frames, height=height, width=width,
+        num_frames=frames,
+        height=height,
+        width=width,
         rope_interpolation_scale=(8 / 25, 32, 32),
         return_dict=False,
     )
@@ -104,11 +121,22 @@ def _timed(fn, device: torch.device, iters: int, warmup: int) -> tuple[list[floa
     return times, first, out
 
 
-def time_ltx_forward(config_kwargs: dict[str, Any], batch: int, tokens_shape: tuple[int, int, int],
-                     dtype: torch.dtype, device: Union[str, torch.device], modes: Sequence[str] = MODES,
-                     kernel: Optional[ModuleType] = None, iters: int = 20, warmup: int = 3, *, text_len: int = 128,
-                     per_token_timesteps: bool = False, compile_kwargs: Optional[dict[str, Any]] = None,
-                     seed: int = 0) -> dict[str, Any]:
+def time_ltx_forward(
+    config_kwargs: dict[str, Any],
+    batch: int,
+    tokens_shape: tuple[int, int, int],
+    dtype: torch.dtype,
+    device: Union[str, torch.device],
+    modes: Sequence[str] = MODES,
+    kernel: Optional[ModuleType] = None,
+    iters: int = 20,
+    warmup: int = 3,
+    *,
+    text_len: int = 128,
+    per_token_timesteps: bool = False,
+    compile_kwargs: Optional[dict[str, Any]] = None,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Build LTXVideoTransformer3DModel(**config_kwargs) with random weights and time its forward per mode.
 
     Returns {"setup": {...}, "modes": {mode: {"median_ms", "min_ms", "mean_ms", "first_call_s", "max_abs_err",
@@ -123,14 +151,28 @@ def time_ltx_forward(config_kwargs: dict[str, Any], batch: int, tokens_shape: tu
     device = torch.device(device)
     compile_kwargs = {"fullgraph": True} if compile_kwargs is None else compile_kwargs
     model = build_ltx(config_kwargs, dtype=dtype, device=device, seed=seed)
-    inputs = ltx_inputs(config_kwargs, batch=batch, tokens_shape=tokens_shape, text_len=text_len,
-                        per_token_timesteps=per_token_timesteps, dtype=dtype, device=device)
+    inputs = ltx_inputs(
+        config_kwargs,
+        batch=batch,
+        tokens_shape=tokens_shape,
+        text_len=text_len,
+        per_token_timesteps=per_token_timesteps,
+        dtype=dtype,
+        device=device,
+    )
     setup = {
-        "config": dict(config_kwargs), "batch": batch, "tokens_shape": tuple(tokens_shape),
-        "tokens": tokens_shape[0] * tokens_shape[1] * tokens_shape[2], "text_len": text_len,
-        "per_token_timesteps": per_token_timesteps, "dtype": str(dtype).replace("torch.", ""),
+        "config": dict(config_kwargs),
+        "batch": batch,
+        "tokens_shape": tuple(tokens_shape),
+        "tokens": tokens_shape[0] * tokens_shape[1] * tokens_shape[2],
+        "text_len": text_len,
+        "per_token_timesteps": per_token_timesteps,
+        "dtype": str(dtype).replace("torch.", ""),
         "device": str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else ""),
-        "torch": torch.__version__, "kernel": getattr(kernel, "__name__", None), "iters": iters, "warmup": warmup,
+        "torch": torch.__version__,
+        "kernel": getattr(kernel, "__name__", None),
+        "iters": iters,
+        "warmup": warmup,
         "compile_kwargs": compile_kwargs,
     }
     results: dict[str, Any] = {}
@@ -151,8 +193,12 @@ def time_ltx_forward(config_kwargs: dict[str, Any], batch: int, tokens_shape: tu
                 reference = out
             if mode not in modes:
                 continue
-            entry: dict[str, Any] = {"median_ms": statistics.median(times), "min_ms": min(times),
-                                     "mean_ms": statistics.fmean(times), "first_call_s": first}
+            entry: dict[str, Any] = {
+                "median_ms": statistics.median(times),
+                "min_ms": min(times),
+                "mean_ms": statistics.fmean(times),
+                "first_call_s": first,
+            }
             diff = (out - reference).abs().max().item()
             entry["max_abs_err"] = diff
             entry["rel_err"] = diff / max(reference.abs().max().item(), 1e-30)
@@ -167,13 +213,17 @@ def time_ltx_forward(config_kwargs: dict[str, Any], batch: int, tokens_shape: tu
 def format_results(result: dict[str, Any]) -> str:
     """A small table of `time_ltx_forward`'s result, eager first, with speed-ups over eager."""
     setup, modes = result["setup"], result["modes"]
-    lines = [f"LTX-Video transformer forward: {setup['config'].get('num_layers')} layers, batch {setup['batch']}, "
-             f"{setup['tokens']} tokens {setup['tokens_shape']}, {setup['dtype']}, {setup['device']}, "
-             f"torch {setup['torch']}",
-             f"{'mode':<18}{'median ms':>12}{'min ms':>10}{'vs eager':>10}{'rel err':>11}{'first call s':>14}"]
+    lines = [
+        f"LTX-Video transformer forward: {setup['config'].get('num_layers')} layers, batch {setup['batch']}, "
+        f"{setup['tokens']} tokens {setup['tokens_shape']}, {setup['dtype']}, {setup['device']}, "
+        f"torch {setup['torch']}",
+        f"{'mode':<18}{'median ms':>12}{'min ms':>10}{'vs eager':>10}{'rel err':>11}{'first call s':>14}",
+    ]
     eager = modes.get("eager", {}).get("median_ms")
     for name, r in modes.items():
         speedup = f"{eager / r['median_ms']:.2f}x" if eager else "-"
-        lines.append(f"{name:<18}{r['median_ms']:>12.3f}{r['min_ms']:>10.3f}{speedup:>10}{r['rel_err']:>11.2e}"
-                     f"{r['first_call_s']:>14.2f}")
+        lines.append(
+            f"{name:<18}{r['median_ms']:>12.3f}{r['min_ms']:>10.3f}{speedup:>10}{r['rel_err']:>11.2e}"
+            f"{r['first_call_s']:>14.2f}"
+        )
     return "\n".join(lines)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ._version import __version__
-
 from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
 
 # Public API, imported lazily so `import hubkernels` stays cheap (torch is only imported when needed).
 _EXPORTS = {
@@ -24,15 +24,40 @@ _EXPORTS = {
     "load_locked": "hubkernels.fetch.locked",
     "kernelize": "hubkernels.integrations",
     "from_pretrained": "hubkernels.integrations",
-    **{name: "hubkernels.layers" for name in (
-        "Mode", "Device", "CUDAProperties", "ROCMProperties", "LayerRepository", "LocalLayerRepository",
-        "LockedLayerRepository", "LayerMatch", "KernelizeFallback", "register_kernel_mapping", "use_kernel_mapping",
-        "use_kernel_forward_from_hub", "replace_kernel_forward_from_hub", "kernelized_layers")},
+    **{
+        name: "hubkernels.layers"
+        for name in (
+            "Mode",
+            "Device",
+            "CUDAProperties",
+            "ROCMProperties",
+            "LayerRepository",
+            "LocalLayerRepository",
+            "LockedLayerRepository",
+            "LayerMatch",
+            "KernelizeFallback",
+            "register_kernel_mapping",
+            "use_kernel_mapping",
+            "use_kernel_forward_from_hub",
+            "replace_kernel_forward_from_hub",
+            "kernelized_layers",
+        )
+    },
     "System": "hubkernels.system",
     # Every error class (the rule is in hubkernels/errors.py).
-    **{name: "hubkernels.errors" for name in (
-        "HubkernelsError", "BuildError", "VariantNotFoundError", "DigestError", "KernelLoadError", "UsageError",
-        "MetadataError", "VariantImportError")},
+    **{
+        name: "hubkernels.errors"
+        for name in (
+            "HubkernelsError",
+            "BuildError",
+            "VariantNotFoundError",
+            "DigestError",
+            "KernelLoadError",
+            "UsageError",
+            "MetadataError",
+            "VariantImportError",
+        )
+    },
     "KernelDependencyError": "hubkernels.kernel_deps",
     "CompileError": "hubkernels.build",
     "ScaffoldError": "hubkernels.scaffold",
@@ -73,14 +98,26 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover
     from .build import build as build_kernel
     from .config import ConfigError, load_config
+    from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
+    from .fetch.locked import load_locked
+    from .integrations import from_pretrained, kernelize
+    from .kernel_deps import get_kernel_dep
+    from .layers import (
+        CUDAProperties,
+        Device,
+        KernelizeFallback,
+        LayerMatch,
+        LayerRepository,
+        LocalLayerRepository,
+        LockedLayerRepository,
+        Mode,
+        ROCMProperties,
+        kernelized_layers,
+        register_kernel_mapping,
+        replace_kernel_forward_from_hub,
+        use_kernel_forward_from_hub,
+        use_kernel_mapping,
+    )
     from .load import get_local_kernel, loaded_kernels
     from .system import System, Variant
-    from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
-    from .kernel_deps import get_kernel_dep
-    from .integrations import from_pretrained, kernelize
-    from .fetch.locked import load_locked
-    from .layers import (CUDAProperties, Device, KernelizeFallback, LayerMatch, LayerRepository,
-                         LocalLayerRepository, LockedLayerRepository, Mode, ROCMProperties, kernelized_layers,
-                         register_kernel_mapping, replace_kernel_forward_from_hub, use_kernel_forward_from_hub,
-                         use_kernel_mapping)
     from .variants import resolve, system_variants

@@ -39,9 +39,13 @@ def main(spec_path: str) -> None:
                     if isinstance(post, dict):
                         post = {k: [*v, *group.get(k, [])] for k, v in post.items()}
                     try:
-                        objects += whole(group["sources"], output_dir=os.path.join(output_dir, group["name"]),
-                                         include_dirs=[*(include_dirs or []), *group.get("include_dirs", [])],
-                                         extra_postargs=post, **kw)
+                        objects += whole(
+                            group["sources"],
+                            output_dir=os.path.join(output_dir, group["name"]),
+                            include_dirs=[*(include_dirs or []), *group.get("include_dirs", [])],
+                            extra_postargs=post,
+                            **kw,
+                        )
                     except Exception as e:  # noqa: BLE001  (compile the other groups too: show all their errors)
                         failed = failed or e
                 if failed is not None:

@@ -87,7 +87,7 @@ class Benchmark:
     @classmethod
     def workloads(cls) -> list[str]:
         """The workload names, in the order the class defines them."""
-        names = [n[len("benchmark_"):] for n, _ in _ordered_members(cls) if n.startswith("benchmark_")]
+        names = [n[len("benchmark_") :] for n, _ in _ordered_members(cls) if n.startswith("benchmark_")]
         return [n for n in names if hasattr(cls, f"verify_{n}") and hasattr(cls, f"setup_{n}")]
 
 
@@ -95,13 +95,21 @@ def discover(path: str | Path) -> list[type[Benchmark]]:
     """The `Benchmark` subclasses defined in `<path>/benchmarks/benchmark*.py`, script by script."""
     scripts = sorted((Path(path) / "benchmarks").glob("benchmark*.py"))
     if not scripts:
-        raise UsageError(f"no benchmarks/benchmark*.py under {Path(path).resolve()}; a kernel declares its "
-                         "benchmarks there (see hubkernels.bench.Benchmark)")
+        raise UsageError(
+            f"no benchmarks/benchmark*.py under {Path(path).resolve()}; a kernel declares its "
+            "benchmarks there (see hubkernels.bench.Benchmark)"
+        )
     found: list[type[Benchmark]] = []
     for script in scripts:
         module = load_script(script, f"_hubkernels_bench_{script.stem}")
-        found += [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Benchmark)
-                  and v is not Benchmark and v.__module__ == module.__name__]
+        found += [
+            v
+            for v in vars(module).values()
+            if isinstance(v, type)
+            and issubclass(v, Benchmark)
+            and v is not Benchmark
+            and v.__module__ == module.__name__
+        ]
     return found
 
 
@@ -130,9 +138,19 @@ def load_script(path: str | Path, name: str) -> ModuleType:
     return module
 
 
-def run(kernel: Any, benchmarks: Sequence[type[Benchmark]], *, device: str = "cuda", dtype: Any = None,
-        shape: dict[str, int] | None = None, rotate: int = 3, warmup: int = 10, iters: int = 50,
-        compile_peers: bool = True, ops: Sequence[str] | None = None) -> Report:
+def run(
+    kernel: Any,
+    benchmarks: Sequence[type[Benchmark]],
+    *,
+    device: str = "cuda",
+    dtype: Any = None,
+    shape: dict[str, int] | None = None,
+    rotate: int = 3,
+    warmup: int = 10,
+    iters: int = 50,
+    compile_peers: bool = True,
+    ops: Sequence[str] | None = None,
+) -> Report:
     """Time every workload of `benchmarks` that `kernel` has (or only `ops`) beside its peers; returns the report."""
     import torch
 
@@ -157,21 +175,32 @@ def run(kernel: Any, benchmarks: Sequence[type[Benchmark]], *, device: str = "cu
     gen = torch.Generator(device=dev).manual_seed(seed)
     first = benchmarks[0] if benchmarks else Benchmark
     sizes = {**first.shape, **(first.cpu_shape if dev.type == "cpu" else {}), **(shape or {})}
-    instances = {cls: cls(kernel, dev, dtype, {**cls.shape, **(cls.cpu_shape if dev.type == "cpu" else {}),
-                                               **(shape or {})}, gen) for cls in benchmarks}
+    instances = {
+        cls: cls(
+            kernel, dev, dtype, {**cls.shape, **(cls.cpu_shape if dev.type == "cpu" else {}), **(shape or {})}, gen
+        )
+        for cls in benchmarks
+    }
     warm_up_device(dev)
     copy_gbps = copy_bandwidth(dev, 1 << 30 if dev.type == "cuda" else 1 << 27, warmup, iters)
-    report = Report(device=_device_name(dev), torch=torch.__version__, dtype=str(dtype).replace("torch.", ""),
-                    shape=[sizes[k] for k in first.report_shape], copy_gbps=round(copy_gbps, 1),
-                    shape_names=list(first.report_shape))
+    report = Report(
+        device=_device_name(dev),
+        torch=torch.__version__,
+        dtype=str(dtype).replace("torch.", ""),
+        shape=[sizes[k] for k in first.report_shape],
+        copy_gbps=round(copy_gbps, 1),
+        shape_names=list(first.report_shape),
+    )
     for op in selected:
         bench = instances[owners[op]]
         # Each op's inputs are made just before it is timed and freed after it, so every op starts from the same
         # allocator state and the memory held does not grow with the number of ops.
         inputs = [getattr(bench, f"setup_{op}")() for _ in range(rotate)]
         eager = getattr(bench, f"verify_{op}")
-        candidates: dict[str, Callable[..., Any]] = {"ours": getattr(bench, f"benchmark_{op}"),
-                                                     bench.eager_name.get(op, "eager"): eager}
+        candidates: dict[str, Callable[..., Any]] = {
+            "ours": getattr(bench, f"benchmark_{op}"),
+            bench.eager_name.get(op, "eager"): eager,
+        }
         candidates.update(bench.peers.get(op, {}))
         if compile_peers:
             candidates["torch.compile"] = torch.compile(eager, dynamic=False)
@@ -189,9 +218,11 @@ def run(kernel: Any, benchmarks: Sequence[type[Benchmark]], *, device: str = "cu
 
 def format_report(report: Report) -> str:
     names = ",".join(report.shape_names)
-    lines = [f"# {report.device}, torch {report.torch}, {report.dtype}, [{names}]={report.shape}, "
-             f"copy bandwidth {report.copy_gbps:.0f} GB/s (read+write)",
-             f"{'op':22} {'impl':14} {'median us':>10} {'% copy BW':>10} {'vs ours':>8} {'rel err':>9}"]
+    lines = [
+        f"# {report.device}, torch {report.torch}, {report.dtype}, [{names}]={report.shape}, "
+        f"copy bandwidth {report.copy_gbps:.0f} GB/s (read+write)",
+        f"{'op':22} {'impl':14} {'median us':>10} {'% copy BW':>10} {'vs ours':>8} {'rel err':>9}",
+    ]
     ours = {r.op: r.median_us for r in report.rows if r.impl == "ours"}
     for r in report.rows:
         speed = f"{r.median_us / ours[r.op]:.2f}x" if r.op in ours and r.impl != "ours" else ""
@@ -202,8 +233,10 @@ def format_report(report: Report) -> str:
 
 # ---- timing -------------------------------------------------------------------------------------
 
-def time_calls(fn: Callable[..., Any], input_sets: Sequence[tuple], device: Any,
-               warmup: int, iters: int, inner: int = 10) -> list[float]:
+
+def time_calls(
+    fn: Callable[..., Any], input_sets: Sequence[tuple], device: Any, warmup: int, iters: int, inner: int = 10
+) -> list[float]:
     """Per-call times in microseconds, cycling through `input_sets` so caches don't serve repeats.
 
     On the GPU each sample is one CUDA-event interval around `inner` back-to-back calls, queued behind a

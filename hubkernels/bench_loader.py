@@ -58,8 +58,10 @@ def _requests(hub: Any) -> tuple[list[str], int]:
     """The requests since the last reset, without the clients' telemetry; and how many telemetry requests."""
     log = hub.requests()
     hub.reset_requests()
-    return ([f"{r['method']} {r['path']}" for r in log if r["path"] not in _TELEMETRY],
-            sum(1 for r in log if r["path"] in _TELEMETRY))
+    return (
+        [f"{r['method']} {r['path']}" for r in log if r["path"] not in _TELEMETRY],
+        sum(1 for r in log if r["path"] in _TELEMETRY),
+    )
 
 
 def _run(loader: str, repo: str, cache: Path, hub: Any) -> dict[str, Any]:
@@ -67,9 +69,14 @@ def _run(loader: str, repo: str, cache: Path, hub: Any) -> dict[str, Any]:
     code = _CHILD.format(load=LOADERS[loader].format(repo=repo), load_again=_AGAIN[loader].format(repo=repo))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # cache bytecode, as users do
     hub.reset_requests()
-    proc = subprocess.Popen([sys.executable, "-c", code], text=True,
-                            env={**env, "HF_HUB_CACHE": str(cache), "HF_XET_CACHE": str(cache / "xet")},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        text=True,
+        env={**env, "HF_HUB_CACHE": str(cache), "HF_XET_CACHE": str(cache / "xet")},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stdin is not None
     for line in proc.stdout:  # the first call is done when the child says so
         if line.startswith("LOADED"):
@@ -103,9 +110,15 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
 
     hub = BackgroundHub(work / "hub", trusted_orgs=("hubkernels",), start=False)  # bound now: the URL is known
     token = hub.create_token("bench", ["hubkernels"], write=True)
-    os.environ.update({"HF_ENDPOINT": hub.url, "HF_TOKEN": token,
-                       "HF_HOME": str(work / "hf-home"), "HF_HUB_CACHE": str(work / "publish-cache"),
-                       "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+    os.environ.update(
+        {
+            "HF_ENDPOINT": hub.url,
+            "HF_TOKEN": token,
+            "HF_HOME": str(work / "hf-home"),
+            "HF_HUB_CACHE": str(work / "publish-cache"),
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
+    )
     for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HUBKERNELS_CACHE", "KERNELS_CACHE", "HUBKERNELS_VERSION_TTL"):
         os.environ.pop(name, None)
     from .build import build
@@ -141,21 +154,36 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
         kernels_version = version("kernels")
     except Exception:  # noqa: BLE001 - informational only
         kernels_version = None
-    return {"kernel": str(path), "variant": variant, "files": sum(1 for p in variant_dir.rglob("*") if p.is_file()),
-            "runs": runs, "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                                      "huggingface_hub": huggingface_hub.__version__, "kernels": kernels_version,
-                                      "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-            "results": results}
+    return {
+        "kernel": str(path),
+        "variant": variant,
+        "files": sum(1 for p in variant_dir.rglob("*") if p.is_file()),
+        "runs": runs,
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "huggingface_hub": huggingface_hub.__version__,
+            "kernels": kernels_version,
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+        },
+        "results": results,
+    }
 
 
 def table(data: dict[str, Any]) -> str:
     """The results as a Markdown table."""
-    rows = ["| loader | cold requests | warm requests | cold load (median) | warm load (median) | "
-            "second call in the process |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| loader | cold requests | warm requests | cold load (median) | warm load (median) | "
+        "second call in the process |",
+        "|---|---|---|---|---|---|",
+    ]
     for loader, r in data["results"].items():
-        rows.append(f"| {loader} | {r['cold']['requests']} | {r['warm']['requests']} | "
-                    f"{r['cold']['load_s_median'] * 1e3:.0f} ms | {r['warm']['load_s_median'] * 1e3:.0f} ms | "
-                    f"{r['warm']['again_s_median'] * 1e3:.1f} ms, {r['warm']['again_requests']} requests |")
+        rows.append(
+            f"| {loader} | {r['cold']['requests']} | {r['warm']['requests']} | "
+            f"{r['cold']['load_s_median'] * 1e3:.0f} ms | {r['warm']['load_s_median'] * 1e3:.0f} ms | "
+            f"{r['warm']['again_s_median'] * 1e3:.1f} ms, {r['warm']['again_requests']} requests |"
+        )
     return "\n".join(rows)
 
 
@@ -164,19 +192,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", nargs="?", default=".", help="kernel root to build and publish (default: .)")
     parser.add_argument("--runs", type=int, default=7, help="new processes per measurement (median reported)")
     parser.add_argument("--output", default=".bench/loader.json", help="where to write the JSON results")
-    parser.add_argument("--no-build", dest="rebuild", action="store_false",
-                        help="publish the existing build/<variant> for this machine instead of building first")
+    parser.add_argument(
+        "--no-build",
+        dest="rebuild",
+        action="store_false",
+        help="publish the existing build/<variant> for this machine instead of building first",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hubkernels-bench-loader-") as tmp:
         data = run(Path(args.path).resolve(), max(1, args.runs), Path(tmp), rebuild=args.rebuild)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
-    print(textwrap.dedent(f"""\
-        {data['variant']} ({data['files']} files), {data['runs']} new processes each, torch {data['machine']['torch']},
-        huggingface_hub {data['machine']['huggingface_hub']}, kernels {data['machine']['kernels']}; times exclude
-        the torch import (median {data['results']['hubkernels']['warm']['torch_import_s_median']:.2f} s).
-        """))
+    print(
+        textwrap.dedent(f"""\
+        {data["variant"]} ({data["files"]} files), {data["runs"]} new processes each, torch {data["machine"]["torch"]},
+        huggingface_hub {data["machine"]["huggingface_hub"]}, kernels {data["machine"]["kernels"]}; times exclude
+        the torch import (median {data["results"]["hubkernels"]["warm"]["torch_import_s_median"]:.2f} s).
+        """)
+    )
     print(table(data))
     print(f"\nwrote {out}")
     return 0

@@ -21,11 +21,25 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "hubkernels/ltx-kernels"
 #: The small LTX-Video transformer the demo kernelizes: hidden 128 (128 % 6 == 2, like the real model's 2048).
-SMALL_LTX = dict(in_channels=8, out_channels=8, num_attention_heads=4, attention_head_dim=32, cross_attention_dim=128,
-                 caption_channels=64, num_layers=2)
+SMALL_LTX = dict(
+    in_channels=8,
+    out_channels=8,
+    num_attention_heads=4,
+    attention_head_dim=32,
+    cross_attention_dim=128,
+    caption_channels=64,
+    num_layers=2,
+)
 #: A larger configuration for the timing table (still seconds on a laptop CPU).
-TIMING_LTX = dict(in_channels=128, out_channels=128, num_attention_heads=8, attention_head_dim=64,
-                  cross_attention_dim=512, caption_channels=256, num_layers=4)
+TIMING_LTX = dict(
+    in_channels=128,
+    out_channels=128,
+    num_attention_heads=8,
+    attention_head_dim=64,
+    cross_attention_dim=512,
+    caption_channels=256,
+    num_layers=4,
+)
 
 
 class _Steps:
@@ -51,10 +65,12 @@ class _Steps:
 
 
 def _warm_load_in_new_process(env: dict[str, str]) -> tuple[float, str]:
-    code = ("import time, torch; t0 = time.perf_counter(); import hubkernels; "
-            f"k = hubkernels.get_kernel({REPO_ID!r}, version=1); "
-            "x = torch.randn(4, 64); y = k.rms_norm(x, None, 1e-6); "
-            "print(round((time.perf_counter() - t0) * 1e3, 2))")
+    code = (
+        "import time, torch; t0 = time.perf_counter(); import hubkernels; "
+        f"k = hubkernels.get_kernel({REPO_ID!r}, version=1); "
+        "x = torch.randn(4, 64); y = k.rms_norm(x, None, 1e-6); "
+        "print(round((time.perf_counter() - t0) * 1e3, 2))"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1]), out.stderr
 
@@ -80,41 +96,66 @@ def run(args: argparse.Namespace) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"hubkernels demo on {device} (torch {torch.__version__}); work dir {work}\n", flush=True)
 
-    result = steps.run("build ltx-kernels for this machine", lambda: (
-        (r := build(ROOT, quiet=not args.verbose)), f"{r.variant} ({'up to date' if r.up_to_date else 'compiled'})"))
-    hub = steps.run("start the embedded Hub", lambda: (
-        (h := BackgroundHub(work / "hub", trusted_orgs=("hubkernels",)).start()), h.url))
+    result = steps.run(
+        "build ltx-kernels for this machine",
+        lambda: (
+            (r := build(ROOT, quiet=not args.verbose)),
+            f"{r.variant} ({'up to date' if r.up_to_date else 'compiled'})",
+        ),
+    )
+    hub = steps.run(
+        "start the embedded Hub",
+        lambda: ((h := BackgroundHub(work / "hub", trusted_orgs=("hubkernels",)).start()), h.url),
+    )
     token = hub.create_token("demo", [REPO_ID.split("/")[0]], write=True)
-    os.environ.update({"HF_ENDPOINT": hub.url, "HF_HOME": str(work / "hf-home"),
-                       "HF_HUB_CACHE": str(work / "hf-cache"), "HF_TOKEN": token,
-                       "HF_HUB_DISABLE_PROGRESS_BARS": "1"})  # before anything imports huggingface_hub
+    os.environ.update(
+        {
+            "HF_ENDPOINT": hub.url,
+            "HF_HOME": str(work / "hf-home"),
+            "HF_HUB_CACHE": str(work / "hf-cache"),
+            "HF_TOKEN": token,
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
+    )  # before anything imports huggingface_hub
 
     try:
         from .publish import upload
 
-        up = steps.run(f"publish to {REPO_ID}", lambda: (
-            (u := upload(ROOT, repo_id=REPO_ID, variants=[str(result.variant)])),
-            f"branch {u.branch}, commit {u.commit[:10]}, tag {u.tag}"))
+        up = steps.run(
+            f"publish to {REPO_ID}",
+            lambda: (
+                (u := upload(ROOT, repo_id=REPO_ID, variants=[str(result.variant)])),
+                f"branch {u.branch}, commit {u.commit[:10]}, tag {u.tag}",
+            ),
+        )
         del up
 
         from .fetch import get_kernel
 
         hub.reset_requests()
-        kernel = steps.run("get_kernel (cold)", lambda: (
-            (k := get_kernel(REPO_ID)), f"{k.__name__}, {len(hub.requests())} Hub requests"))
+        kernel = steps.run(
+            "get_kernel (cold)",
+            lambda: ((k := get_kernel(REPO_ID)), f"{k.__name__}, {len(hub.requests())} Hub requests"),
+        )
         x = torch.randn(8, 2048)
         ref = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6)
         err = float((kernel.rms_norm(x, None, 1e-6).double() - ref).abs().max())
         steps.check(err < 1e-5, f"rms_norm from the Hub matches float64 (max abs err {err:.1e})")
 
         hub.reset_requests()
-        warm_ms = steps.run("get_kernel (warm, new process)", lambda: (
-            (ms := _warm_load_in_new_process(dict(os.environ))[0]),
-            f"{len(hub.requests())} Hub requests, {ms:.0f} ms including `import hubkernels`"))
+        warm_ms = steps.run(
+            "get_kernel (warm, new process)",
+            lambda: (
+                (ms := _warm_load_in_new_process(dict(os.environ))[0]),
+                f"{len(hub.requests())} Hub requests, {ms:.0f} ms including `import hubkernels`",
+            ),
+        )
         del warm_ms
         asked = [r["path"] for r in hub.requests() if r["path"] != "/api/agent-harnesses"]
-        steps.check(asked == [f"/api/kernels/{REPO_ID}/refs"],
-                    "a warm load asks the Hub only for the version's current commit (as HF kernels does)")
+        steps.check(
+            asked == [f"/api/kernels/{REPO_ID}/refs"],
+            "a warm load asks the Hub only for the version's current commit (as HF kernels does)",
+        )
 
         report = steps.run("kernelize a small LTX-Video transformer and check it", lambda: _check_ltx(kernel, steps))
         timings = steps.run(f"time the transformer forward on {device}", lambda: _time_ltx(kernel, device, args))
@@ -126,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name:<52} {dt:8.2f} s   {detail}")
     print("\n" + timings)
     if args.json:
-        Path(args.json).write_text(json.dumps({"steps": steps.rows, "replaced": report, "failed": steps.failed},
-                                              indent=2, default=str))
+        Path(args.json).write_text(
+            json.dumps({"steps": steps.rows, "replaced": report, "failed": steps.failed}, indent=2, default=str)
+        )
     if steps.failed:
         print("\nFAILED: " + "; ".join(steps.failed))
         return 1
@@ -169,12 +211,23 @@ def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, 
 
     modes = ["eager", "eager+kernels"] + (["compile", "compile+kernels"] if args.compile else [])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    result = time_ltx_forward(TIMING_LTX, batch=2, tokens_shape=(4, 8, 12), dtype=dtype, device=device,
-                              modes=modes, kernel=kernel, iters=args.iters, warmup=2, text_len=64)
+    result = time_ltx_forward(
+        TIMING_LTX,
+        batch=2,
+        tokens_shape=(4, 8, 12),
+        dtype=dtype,
+        device=device,
+        modes=modes,
+        kernel=kernel,
+        iters=args.iters,
+        warmup=2,
+        text_len=64,
+    )
     m = result["modes"]
     speed = m["eager"]["median_ms"] / m["eager+kernels"]["median_ms"]
-    return format_results(result), f"eager {m['eager']['median_ms']:.1f} ms, with kernels " \
-                                   f"{m['eager+kernels']['median_ms']:.1f} ms ({speed:.2f}x)"
+    return format_results(
+        result
+    ), f"eager {m['eager']['median_ms']:.1f} ms, with kernels {m['eager+kernels']['median_ms']:.1f} ms ({speed:.2f}x)"
 
 
 def _ltx_forward() -> Any:

@@ -23,7 +23,6 @@ _memo: dict[tuple[str, str], tuple[tuple[int, ...], str]] = {}
 _memo_lock = threading.Lock()
 
 
-
 def files(variant_dir: str | Path) -> list[tuple[str, Path]]:
     """(posix relative path, path) of every file the digest covers, sorted: no bytecode, no metadata.json."""
     return sorted((rel, p) for rel, p in shipped_files(variant_dir) if rel not in EXCLUDED_TOP_LEVEL)
@@ -82,8 +81,11 @@ def check(variant_dir: str | Path, digest: dict | None) -> tuple[list[str], dict
     expected: dict[str, str] = digest["files"]
     problems = [f"missing file {p}" for p in sorted(set(expected) - set(actual))]
     problems += [f"unexpected file {p}" for p in sorted(set(actual) - set(expected))]
-    problems += [f"{p} has been modified (hash mismatch)" for p in sorted(set(expected) & set(actual))
-                 if expected[p] != actual[p]]
+    problems += [
+        f"{p} has been modified (hash mismatch)"
+        for p in sorted(set(expected) & set(actual))
+        if expected[p] != actual[p]
+    ]
     return problems, actual
 
 
@@ -97,6 +99,7 @@ def verify_variant(variant_dir: str | Path, digest: dict | None, *, repair_hint:
     problems, actual = check(variant_dir, digest)
     if problems:
         hint = repair_hint or "Rebuild it, or delete the directory and download it again."
-        raise DigestError(f"{variant_dir} does not match its metadata.json digest:\n  - "
-                          + "\n  - ".join(problems) + f"\n{hint}")
+        raise DigestError(
+            f"{variant_dir} does not match its metadata.json digest:\n  - " + "\n  - ".join(problems) + f"\n{hint}"
+        )
     return actual

@@ -35,13 +35,15 @@ def get_kernel_dep(repo_id: str) -> ModuleType:
     if deps is None:
         raise KernelDependencyError(
             f"get_kernel_dep({repo_id!r}) only works while a kernel is being imported: call it at the top level of "
-            "the kernel's __init__.py, and load the kernel with hubkernels.get_kernel (or kernels.get_kernel).")
+            "the kernel's __init__.py, and load the kernel with hubkernels.get_kernel (or kernels.get_kernel)."
+        )
     module = deps.get(repo_id)
     if module is None:
         have = ", ".join(sorted(deps)) or "none"
         raise KernelDependencyError(
             f"{repo_id} is not a dependency of the kernel being imported (its kernel-depends: {have}). Add "
-            f'{{ repo-id = "{repo_id}", version = N }} to kernel-depends in build.toml and rebuild.')
+            f'{{ repo-id = "{repo_id}", version = N }} to kernel-depends in build.toml and rebuild.'
+        )
     return module
 
 

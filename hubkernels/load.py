@@ -34,8 +34,14 @@ from .variants import Resolution, archs_support, minver_reason, require, resolve
 logger = logging.getLogger(__name__)
 
 #: Python dependencies a kernel may declare (kernel-builder's curated list) -> the module to import.
-_PYTHON_DEPENDS = {"einops": "einops", "helion": "helion", "tvm-ffi": "tvm_ffi", "nvidia-cutlass-dsl": "cutlass",
-                   "nki": "nki", "onednn": None}
+_PYTHON_DEPENDS = {
+    "einops": "einops",
+    "helion": "helion",
+    "tvm-ffi": "tvm_ffi",
+    "nvidia-cutlass-dsl": "cutlass",
+    "nki": "nki",
+    "onednn": None,
+}
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,9 @@ def loaded_kernels() -> list[LoadedKernel]:
         return list(_loaded.values())
 
 
-def resolve_local(path: str | Path, backend: str | None = None, system: System | None = None) -> tuple[Path, Resolution]:
+def resolve_local(
+    path: str | Path, backend: str | None = None, system: System | None = None
+) -> tuple[Path, Resolution]:
     """Resolve the best variant of a local kernel directory; returns (its directory, the full trace)."""
     base, found = variant_dirs(path)
     resolution = resolve(found, system, backend)
@@ -65,8 +73,13 @@ def resolve_local(path: str | Path, backend: str | None = None, system: System |
     return found[str(chosen)], resolution
 
 
-def get_local_kernel(repo_path: str | Path, backend: str | None = None, *, verify: bool = False,
-                     trust_remote_code: bool | list[str] = False) -> ModuleType:
+def get_local_kernel(
+    repo_path: str | Path,
+    backend: str | None = None,
+    *,
+    verify: bool = False,
+    trust_remote_code: bool | list[str] = False,
+) -> ModuleType:
     """Import the best variant of a locally built kernel (`hubkernels build` output or a variant dir).
 
     `verify=True` checks every file against the digest in metadata.json before importing. Its `kernel-depends`
@@ -126,8 +139,14 @@ class Verified:
     code: Mapping[str, CodeType] = field(default_factory=dict)
 
 
-def import_variant(variant_dir: str | Path, *, verify: bool = False, system: System | None = None,
-                   verified: Verified | None = None, deps: Mapping[str, ModuleType] | None = None) -> ModuleType:
+def import_variant(
+    variant_dir: str | Path,
+    *,
+    verify: bool = False,
+    system: System | None = None,
+    verified: Verified | None = None,
+    deps: Mapping[str, ModuleType] | None = None,
+) -> ModuleType:
     """Import one variant directory under its unique id (idempotent per id).
 
     `verify=True` checks every file against the digest first; a verified variant (that, or `verified=` from the
@@ -140,8 +159,9 @@ def import_variant(variant_dir: str | Path, *, verify: bool = False, system: Sys
     with _lock:
         existing = _loaded.get(metadata.id)
         if existing is not None:
-            if existing.path != variant_dir and \
-                    _digest.hash_variant(existing.path, memo=True) != _digest.hash_variant(variant_dir, memo=True):
+            if existing.path != variant_dir and _digest.hash_variant(existing.path, memo=True) != _digest.hash_variant(
+                variant_dir, memo=True
+            ):
                 raise KernelLoadError(
                     f"{variant_dir} and {existing.path} are different builds with the same id {metadata.id}; "
                     "their torch ops would collide. Rebuild one of them (a new id comes with each commit)."
@@ -272,13 +292,18 @@ def _exported_functions(elf: Any, dynsym: Any) -> set[str]:
     """Names of the defined global or weak functions of a dynamic symbol table (raw records on 64-bit
     little-endian ELF, the common case, which is ~20x faster than pyelftools' symbol objects)."""
     if not (elf.elfclass == 64 and elf.little_endian):
-        return {sym.name for sym in dynsym.iter_symbols() if sym["st_shndx"] != "SHN_UNDEF"
-                and sym["st_info"]["type"] == "STT_FUNC" and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")}
+        return {
+            sym.name
+            for sym in dynsym.iter_symbols()
+            if sym["st_shndx"] != "SHN_UNDEF"
+            and sym["st_info"]["type"] == "STT_FUNC"
+            and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
+        }
     names = elf.get_section(dynsym["sh_link"]).data()
     out = set()
     for st_name, st_info, _other, st_shndx, _value, _size in struct.iter_unpack("<IBBHQQ", dynsym.data()):
         if st_shndx != 0 and st_info & 0xF == 2 and st_info >> 4 in (1, 2):  # defined, STT_FUNC, GLOBAL/WEAK
-            out.add(names[st_name:names.index(b"\0", st_name)].decode("utf-8", "replace"))
+            out.add(names[st_name : names.index(b"\0", st_name)].decode("utf-8", "replace"))
     return out
 
 
@@ -297,8 +322,9 @@ def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: V
         _finder.install()
     else:
         loader = None
-    spec = importlib.util.spec_from_file_location(metadata.id, init, loader=loader,
-                                                  submodule_search_locations=[str(init.parent)])
+    spec = importlib.util.spec_from_file_location(
+        metadata.id, init, loader=loader, submodule_search_locations=[str(init.parent)]
+    )
     if spec is None or spec.loader is None:
         raise KernelLoadError(f"cannot import {init}")
     module = importlib.util.module_from_spec(spec)
@@ -319,8 +345,11 @@ def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: V
             raise
         reason = _native_load_failure(e)
         if reason is not None:
-            raise VariantImportError(f"{metadata.name} variant {variant_dir.name} does not load on this machine: "
-                                     f"{reason}", variant=variant_dir.name, reason=reason) from e
+            raise VariantImportError(
+                f"{metadata.name} variant {variant_dir.name} does not load on this machine: {reason}",
+                variant=variant_dir.name,
+                reason=reason,
+            ) from e
         raise KernelLoadError(f"importing {metadata.name} from {variant_dir} failed: {e}") from e
     return module
 

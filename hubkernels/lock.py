@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from .errors import HubkernelsError
 
@@ -73,9 +74,17 @@ def write_lock(path: str | Path, entries: Iterable[LockEntry]) -> None:
         dep: dict[str, Any] = {"repo-id": e.repo_id}
         dep.update({"version": e.version} if e.version is not None else {"revision": e.revision})
         locks.append({"dependency": dep, "lock": {"commit": e.commit}})
-    digests = {e.repo_id: {"commit": e.commit, "variants": {
-        name: {"metadata_sha256": v.metadata_sha256, "algorithm": v.algorithm, "files": v.files}
-        for name, v in sorted(e.variants.items())}} for e in entries if e.variants}
+    digests = {
+        e.repo_id: {
+            "commit": e.commit,
+            "variants": {
+                name: {"metadata_sha256": v.metadata_sha256, "algorithm": v.algorithm, "files": v.files}
+                for name, v in sorted(e.variants.items())
+            },
+        }
+        for e in entries
+        if e.variants
+    }
     path = Path(path)
     _write_atomic(path, json.dumps(locks, indent=2) + "\n")
     side = digests_path(path)
@@ -91,8 +100,9 @@ def read_lock(path: str | Path) -> dict[str, LockEntry]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise LockFileError(f"{path} does not exist. Create it with `hubkernels lock ORG/NAME@vN --output {path}`.") \
-            from None
+        raise LockFileError(
+            f"{path} does not exist. Create it with `hubkernels lock ORG/NAME@vN --output {path}`."
+        ) from None
     except (OSError, ValueError) as e:
         raise LockFileError(f"{path} is not a readable lock file ({e}); re-create it with `hubkernels lock`") from None
     try:
@@ -117,8 +127,10 @@ def lock_entry(lockfile: str | Path, repo_id: str) -> LockEntry:
     """The entry of `repo_id`, or an error that says how to add it."""
     entries = read_lock(lockfile)
     if repo_id not in entries:
-        raise LockFileError(f"{lockfile} has no entry for {repo_id} (it locks: {', '.join(sorted(entries)) or 'none'})."
-                            f" Add it with `hubkernels lock {repo_id} --output {lockfile}`.")
+        raise LockFileError(
+            f"{lockfile} has no entry for {repo_id} (it locks: {', '.join(sorted(entries)) or 'none'})."
+            f" Add it with `hubkernels lock {repo_id} --output {lockfile}`."
+        )
     return entries[repo_id]
 
 
@@ -128,17 +140,21 @@ def read_dependencies(pyproject: str | Path) -> dict[str, int]:
     try:
         data = tomllib.loads(pyproject.read_text())
     except FileNotFoundError:
-        raise LockFileError(f"{pyproject} does not exist: name the kernels (`hubkernels lock ORG/NAME@vN`), or list "
-                            f"them in its {_TABLE} table") from None
+        raise LockFileError(
+            f"{pyproject} does not exist: name the kernels (`hubkernels lock ORG/NAME@vN`), or list "
+            f"them in its {_TABLE} table"
+        ) from None
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise LockFileError(f"{pyproject} cannot be read ({e})") from None
     deps = data.get("tool", {}).get("kernels", {}).get("dependencies")
     if not isinstance(deps, dict) or not deps:
-        raise LockFileError(f"{pyproject} has no {_TABLE} table; add one with lines like "
-                            '"kernels-community/activation" = 1, or run `hubkernels lock ORG/NAME@vN --project DIR`')
+        raise LockFileError(
+            f"{pyproject} has no {_TABLE} table; add one with lines like "
+            '"kernels-community/activation" = 1, or run `hubkernels lock ORG/NAME@vN --project DIR`'
+        )
     bad = [k for k, v in deps.items() if isinstance(v, bool) or not isinstance(v, int) or k.count("/") != 1]
     if bad:
-        raise LockFileError(f"{pyproject} {_TABLE}: {', '.join(bad)} must be \"org/name\" = <major version number>")
+        raise LockFileError(f'{pyproject} {_TABLE}: {", ".join(bad)} must be "org/name" = <major version number>')
     return dict(deps)
 
 
@@ -152,7 +168,7 @@ def add_dependency(pyproject: str | Path, repo_id: str, version: int) -> None:
     if key.search(text):
         new = key.sub(line, text, count=1)
     elif (m := header.search(text)) is not None:
-        new = text[:m.end()] + "\n" + line + text[m.end():]
+        new = text[: m.end()] + "\n" + line + text[m.end() :]
     else:
         new = text + ("\n" if text and not text.endswith("\n") else "") + ("\n" if text else "") + f"{_TABLE}\n{line}\n"
     try:
@@ -160,15 +176,19 @@ def add_dependency(pyproject: str | Path, repo_id: str, version: int) -> None:
     except tomllib.TOMLDecodeError:
         got = {}
     if got.get(repo_id) != version:
-        raise LockFileError(f"cannot add {repo_id} to {pyproject} without rewriting it; add {line} under {_TABLE} "
-                            "yourself")
+        raise LockFileError(
+            f"cannot add {repo_id} to {pyproject} without rewriting it; add {line} under {_TABLE} yourself"
+        )
     _write_atomic(pyproject, new)
 
 
 def _kernels_entry(item: dict[str, Any]) -> LockEntry:
     dep, lock = item["dependency"], item["lock"]
-    unknown = (set(item) - {"dependency", "lock"}) | (set(dep) - {"repo-id", "version", "revision"}) | \
-        (set(lock) - {"commit"})
+    unknown = (
+        (set(item) - {"dependency", "lock"})
+        | (set(dep) - {"repo-id", "version", "revision"})
+        | (set(lock) - {"commit"})
+    )
     if unknown:
         raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}")
     if ("version" in dep) == ("revision" in dep):
@@ -185,14 +205,20 @@ def _pre017_entry(item: dict[str, Any]) -> LockEntry:
 
 def _old_entry(data: dict[str, Any]) -> LockEntry:
     commit, version, revision = _commit(data["commit"]), data.get("version"), data.get("revision")
-    return LockEntry(str(data["repo_id"]), commit, version, commit if version is None and revision is None else revision,
-                     _variants(data["variants"]))
+    return LockEntry(
+        str(data["repo_id"]),
+        commit,
+        version,
+        commit if version is None and revision is None else revision,
+        _variants(data["variants"]),
+    )
 
 
 def _variants(data: dict[str, Any]) -> dict[str, LockedVariant]:
-    return {name: LockedVariant(str(v["metadata_sha256"]), str(v.get("algorithm", "sha256")),
-                                dict(v.get("files") or {}))
-            for name, v in dict(data).items()}
+    return {
+        name: LockedVariant(str(v["metadata_sha256"]), str(v.get("algorithm", "sha256")), dict(v.get("files") or {}))
+        for name, v in dict(data).items()
+    }
 
 
 def _commit(value: object) -> str:
@@ -208,10 +234,15 @@ def _read_digests(path: Path) -> dict[str, dict[str, Any]]:
         return {}
     except (OSError, ValueError) as e:
         raise LockFileError(f"{path} is not readable ({e}); delete it or re-create it with `hubkernels lock`") from None
-    if not isinstance(data, dict) or data.get("hubkernels_digests") != FORMAT \
-            or not isinstance(data.get("kernels"), dict):
-        raise LockFileError(f"{path} is not a hubkernels digests file (format {FORMAT}); delete it or re-create it "
-                            "with `hubkernels lock`")
+    if (
+        not isinstance(data, dict)
+        or data.get("hubkernels_digests") != FORMAT
+        or not isinstance(data.get("kernels"), dict)
+    ):
+        raise LockFileError(
+            f"{path} is not a hubkernels digests file (format {FORMAT}); delete it or re-create it "
+            "with `hubkernels lock`"
+        )
     return data["kernels"]
 
 

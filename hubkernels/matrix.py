@@ -59,21 +59,29 @@ class Outcome:
     detail: str = ""
 
 
-def plan(config: BuildConfig, torch_versions: Sequence[str] = DEFAULT_TORCH,
-         cuda_versions: Sequence[str] = DEFAULT_CUDA, backends: Sequence[str] | None = None) -> list[Job]:
+def plan(
+    config: BuildConfig,
+    torch_versions: Sequence[str] = DEFAULT_TORCH,
+    cuda_versions: Sequence[str] = DEFAULT_CUDA,
+    backends: Sequence[str] | None = None,
+) -> list[Job]:
     """The variants to build for these torch and CUDA versions, within build.toml's bounds."""
     arch, os_ = _cpu_os()
     torches = sorted({_mm(v) for v in torch_versions if _within(v, *_torch_bounds(config))}, key=_key)
-    cudas = sorted({_mm(v) for v in cuda_versions
-                    if _within(v, config.general.cuda.minver, config.general.cuda.maxver)}, key=_key)
+    cudas = sorted(
+        {_mm(v) for v in cuda_versions if _within(v, config.general.cuda.minver, config.general.cuda.maxver)}, key=_key
+    )
     if not torches:
-        raise UsageError(f"no torch version in {', '.join(torch_versions)} is within build.toml's bounds "
-                         f"({_torch_bounds(config)[0] or 'any'}..{_torch_bounds(config)[1] or 'any'})")
+        raise UsageError(
+            f"no torch version in {', '.join(torch_versions)} is within build.toml's bounds "
+            f"({_torch_bounds(config)[0] or 'any'}..{_torch_bounds(config)[1] or 'any'})"
+        )
     jobs: list[Job] = []
     for backend in backends or config.general.backends:
         if backend not in config.general.backends:
-            raise UsageError(f"{config.name} does not list backend {backend!r} (it lists "
-                             f"{', '.join(config.general.backends)})")
+            raise UsageError(
+                f"{config.name} does not list backend {backend!r} (it lists {', '.join(config.general.backends)})"
+            )
         if config.is_noarch(backend):
             jobs.append(Job(f"torch-{backend}", backend, None, None))
             continue
@@ -93,8 +101,9 @@ def plan(config: BuildConfig, torch_versions: Sequence[str] = DEFAULT_TORCH,
     return jobs
 
 
-def run_matrix(path: str | Path, jobs: Sequence[Job], *, say: Say = print,
-               jobs_per_build: int | None = None) -> list[Outcome]:
+def run_matrix(
+    path: str | Path, jobs: Sequence[Job], *, say: Say = print, jobs_per_build: int | None = None
+) -> list[Outcome]:
     """Build every job into `<path>/build/<variant>/`; never stops at a failure."""
     config = load_config(path)
     outcomes = []
@@ -102,8 +111,10 @@ def run_matrix(path: str | Path, jobs: Sequence[Job], *, say: Say = print,
         say(f"[{i}/{len(jobs)}] {job.variant}")
         outcome = _run_job(config, job, say, jobs_per_build)
         mark = {"built": "built", "up to date": "up to date", "failed": "FAILED", "unavailable": "unavailable"}
-        say(f"[{i}/{len(jobs)}] {job.variant}: {mark[outcome.status]} ({outcome.seconds:.1f} s)"
-            + (f": {outcome.detail.splitlines()[0]}" if outcome.detail and outcome.status != "built" else ""))
+        say(
+            f"[{i}/{len(jobs)}] {job.variant}: {mark[outcome.status]} ({outcome.seconds:.1f} s)"
+            + (f": {outcome.detail.splitlines()[0]}" if outcome.detail and outcome.status != "built" else "")
+        )
         outcomes.append(outcome)
     return outcomes
 
@@ -115,8 +126,11 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
         rows.append((o.job.variant, o.status, f"{o.seconds:.1f} s", _size(o.size) if o.size else "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    notes = [f"{o.job.variant}: {o.detail.splitlines()[0]}" for o in outcomes
-             if o.detail and o.status in ("failed", "unavailable")]
+    notes = [
+        f"{o.job.variant}: {o.detail.splitlines()[0]}"
+        for o in outcomes
+        if o.detail and o.status in ("failed", "unavailable")
+    ]
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
@@ -126,8 +140,13 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
 def _run_job(config: BuildConfig, job: Job, say: Say, jobs_per_build: int | None) -> Outcome:
     start = time.monotonic()
     if job.backend not in ("cpu", "cuda") and job.torch is not None:
-        return Outcome(job, "unavailable", 0.0, detail=f"{job.backend} builds need that vendor's toolkit and torch, "
-                       "which the package index does not serve for this machine")
+        return Outcome(
+            job,
+            "unavailable",
+            0.0,
+            detail=f"{job.backend} builds need that vendor's toolkit and torch, "
+            "which the package index does not serve for this machine",
+        )
     dest = config.root / "build" / job.variant
     stamp_file = config.root / "_build" / "matrix" / f"{job.variant}.stamp"
     stamp = _stamp(config, job)
@@ -143,9 +162,13 @@ def _run_job(config: BuildConfig, job: Job, say: Say, jobs_per_build: int | None
         return Outcome(job, "failed", time.monotonic() - start, detail=str(e))
     if job.cuda and not job.stable and (tc.torch_cuda or "") != job.cuda:
         built_with = f"CUDA {tc.torch_cuda}" if tc.torch_cuda else "no CUDA (a CPU build)"
-        return Outcome(job, "unavailable", time.monotonic() - start,
-                       detail=f"torch {job.torch} from the package index is built with {built_with}; an exact-torch "
-                              f"CUDA {job.cuda} variant needs a torch built with CUDA {job.cuda}")
+        return Outcome(
+            job,
+            "unavailable",
+            time.monotonic() - start,
+            detail=f"torch {job.torch} from the package index is built with {built_with}; an exact-torch "
+            f"CUDA {job.cuda} variant needs a torch built with CUDA {job.cuda}",
+        )
     cmd = [str(tc.python), "-m", "hubkernels", "build", str(config.root), "--backend", job.backend]
     if jobs_per_build:
         cmd += ["--jobs", str(jobs_per_build)]
@@ -161,8 +184,12 @@ def _run_job(config: BuildConfig, job: Job, say: Say, jobs_per_build: int | None
         return Outcome(job, "failed", time.monotonic() - start, detail=detail)
     produced = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     if Path(produced).name != job.variant:
-        return Outcome(job, "failed", time.monotonic() - start,
-                       detail=f"the toolchain built {Path(produced).name or 'nothing'}, not {job.variant}")
+        return Outcome(
+            job,
+            "failed",
+            time.monotonic() - start,
+            detail=f"the toolchain built {Path(produced).name or 'nothing'}, not {job.variant}",
+        )
     stamp_file.write_text(stamp)
     return Outcome(job, "built", time.monotonic() - start, _dir_size(dest))
 
@@ -183,8 +210,14 @@ def _run_noarch(config: BuildConfig, job: Job, stamp: str, stamp_file: Path, sta
 def _stamp(config: BuildConfig, job: Job) -> str:
     """Everything a variant's bytes depend on: build.toml, every source and package file, the builder, the job."""
     h = hashlib.sha256(json.dumps([__version__, job.variant, job.torch, job.cuda, job.stable]).encode())
-    files = [config.file, *sorted(p for p in config.package_dir.rglob("*")
-                                  if p.is_file() and "__pycache__" not in p.parts and p.name != "_ops.py")]
+    files = [
+        config.file,
+        *sorted(
+            p
+            for p in config.package_dir.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.name != "_ops.py"
+        ),
+    ]
     for k in config.kernels.values():
         files += [config.root / s for s in k.src]
     if config.torch:

@@ -17,8 +17,19 @@ from typing import Any
 
 from .errors import MetadataError
 
-_ORDER = ("name", "id", "version", "license", "upstream", "source", "python-depends", "kernel-depends",
-          "backend", "digest", "provenance")
+_ORDER = (
+    "name",
+    "id",
+    "version",
+    "license",
+    "upstream",
+    "source",
+    "python-depends",
+    "kernel-depends",
+    "backend",
+    "digest",
+    "provenance",
+)
 _KNOWN = frozenset(_ORDER)
 
 #: Limits: a real metadata.json is about 1 KiB, nests 3 deep and lists tens of files.
@@ -114,10 +125,19 @@ class Metadata:
         return cls.parse(raw, str(p))
 
     def to_dict(self) -> dict[str, Any]:
-        values = {"name": self.name, "id": self.id, "version": self.version, "license": self.license,
-                  "upstream": self.upstream, "source": self.source, "python-depends": self.python_depends,
-                  "kernel-depends": self.kernel_depends, "backend": self.backend, "digest": self.digest,
-                  "provenance": self.provenance}
+        values = {
+            "name": self.name,
+            "id": self.id,
+            "version": self.version,
+            "license": self.license,
+            "upstream": self.upstream,
+            "source": self.source,
+            "python-depends": self.python_depends,
+            "kernel-depends": self.kernel_depends,
+            "backend": self.backend,
+            "digest": self.digest,
+            "provenance": self.provenance,
+        }
         out = {k: values[k] for k in _ORDER if values[k] is not None or k == "kernel-depends"}
         out.update(self.extra)
         return out
@@ -156,8 +176,10 @@ class _Checker:
 
     def error(self, key: str, problem: str) -> MetadataError:
         where = f"{self.source}: key {key!r}" if key else self.source
-        return MetadataError(f"{where} {problem}. The variant's metadata is damaged or not from a kernel builder: "
-                             "rebuild it, or download it again.")
+        return MetadataError(
+            f"{where} {problem}. The variant's metadata is damaged or not from a kernel builder: "
+            "rebuild it, or download it again."
+        )
 
     def metadata(self, d: Any) -> Metadata:
         if not isinstance(d, dict):
@@ -173,21 +195,32 @@ class _Checker:
         kid = self.string(d, "id", limit=256)
         kind = backend.get("type", "cpu")
         if not id_pattern(python_name, kind).fullmatch(kid):
-            raise self.error("id", f"is {kid[:80]!r}, not this build's op namespace _{python_name}_{kind}_<7 hex "
-                                   "or base32 id> (kernel-builder's grammar)")
+            raise self.error(
+                "id",
+                f"is {kid[:80]!r}, not this build's op namespace _{python_name}_{kind}_<7 hex "
+                "or base32 id> (kernel-builder's grammar)",
+            )
         version = d["version"]
         if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**31:
             raise self.error("version", f"must be a whole number from 0 to 2**31-1, not {_kind(version)}")
-        return Metadata(name=name, id=kid, version=version, license=self.string(d, "license", default=""),
-                        backend=backend, python_depends=self.strings(d, "python-depends", _NAME),
-                        kernel_depends=self.kernel_depends(d.get("kernel-depends", [])),
-                        upstream=self.string(d, "upstream", default=None),
-                        source=self.string(d, "source", default=None), digest=self.digest(d.get("digest")),
-                        provenance=self.mapping(d, "provenance"),
-                        extra={k: v for k, v in d.items() if k not in _KNOWN})
+        return Metadata(
+            name=name,
+            id=kid,
+            version=version,
+            license=self.string(d, "license", default=""),
+            backend=backend,
+            python_depends=self.strings(d, "python-depends", _NAME),
+            kernel_depends=self.kernel_depends(d.get("kernel-depends", [])),
+            upstream=self.string(d, "upstream", default=None),
+            source=self.string(d, "source", default=None),
+            digest=self.digest(d.get("digest")),
+            provenance=self.mapping(d, "provenance"),
+            extra={k: v for k, v in d.items() if k not in _KNOWN},
+        )
 
-    def string(self, d: dict, key: str, *, pattern: re.Pattern[str] | None = None, limit: int = MAX_STR,
-               default: Any = ...) -> Any:
+    def string(
+        self, d: dict, key: str, *, pattern: re.Pattern[str] | None = None, limit: int = MAX_STR, default: Any = ...
+    ) -> Any:
         if key not in d or (d[key] is None and default is None):
             if default is ...:
                 raise self.error(key, "is missing")
@@ -214,7 +247,7 @@ class _Checker:
 
     def backend(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.error("backend", f"must be an object like {{\"type\": \"cpu\"}}, not {_kind(value)}")
+            raise self.error("backend", f'must be an object like {{"type": "cpu"}}, not {_kind(value)}')
         kind = value.get("type", "cpu")
         if kind not in BACKENDS:
             raise self.error("backend.type", f"is {_short(kind)}, not one of {', '.join(BACKENDS)}")
@@ -236,10 +269,13 @@ class _Checker:
         for item in value:
             if isinstance(item, str) and len(item) <= 512:
                 continue
-            if not isinstance(item, dict) or not all(isinstance(k, str) and isinstance(v, (str, int))
-                                                     and not isinstance(v, bool) for k, v in item.items()):
-                raise self.error("kernel-depends", f"holds {_kind(item)}; each entry is an object such as "
-                                                   "{\"repo-id\": \"org/name\", \"version\": 1}")
+            if not isinstance(item, dict) or not all(
+                isinstance(k, str) and isinstance(v, (str, int)) and not isinstance(v, bool) for k, v in item.items()
+            ):
+                raise self.error(
+                    "kernel-depends",
+                    f'holds {_kind(item)}; each entry is an object such as {{"repo-id": "org/name", "version": 1}}',
+                )
         return list(value)
 
     def digest(self, value: Any) -> dict[str, Any] | None:
@@ -254,8 +290,14 @@ class _Checker:
             raise self.error("digest.files", f"must be an object of at most {MAX_ITEMS} files, not {_kind(files)}")
         for rel, b64 in files.items():
             parts = rel.split("/")
-            if not rel or len(rel) > 1024 or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-                    or "\\" in rel or "\0" in rel:
+            if (
+                not rel
+                or len(rel) > 1024
+                or rel.startswith("/")
+                or any(p in ("", ".", "..") for p in parts)
+                or "\\" in rel
+                or "\0" in rel
+            ):
                 raise self.error("digest.files", f"names {rel[:80]!r}, which is not a relative path in the variant")
             if not isinstance(b64, str) or not _B64.fullmatch(b64):
                 raise self.error(f"digest.files.{rel[:80]}", f"is {_short(b64)}, not a base64 hash")
@@ -271,8 +313,15 @@ class _Checker:
 def _kind(value: Any) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return "a non-finite number"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def _short(value: Any) -> str:

@@ -32,8 +32,8 @@ from .digest import violations
 from .errors import HubkernelsError, UsageError
 from .layout import WHEELS_DIR, shipped_files, variant_dirs, variants_index_name
 from .metadata import Metadata
-from .system import Variant
 from .slice import slice_variant
+from .system import Variant
 from .wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 
 logger = logging.getLogger("hubkernels.publish")
@@ -48,8 +48,24 @@ SOURCE_DIR = "source"
 _HEADERS = {".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp"}
 
 #: License ids the Hub's card metadata knows, by lowercase SPDX id (others are written as `other`).
-_HUB_LICENSES = {"apache-2.0", "mit", "bsd-2-clause", "bsd-3-clause", "bsl-1.0", "gpl-2.0", "gpl-3.0", "lgpl-2.1",
-                 "lgpl-3.0", "agpl-3.0", "mpl-2.0", "cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "unlicense", "isc"}
+_HUB_LICENSES = {
+    "apache-2.0",
+    "mit",
+    "bsd-2-clause",
+    "bsd-3-clause",
+    "bsl-1.0",
+    "gpl-2.0",
+    "gpl-3.0",
+    "lgpl-2.1",
+    "lgpl-3.0",
+    "agpl-3.0",
+    "mpl-2.0",
+    "cc-by-4.0",
+    "cc-by-sa-4.0",
+    "cc0-1.0",
+    "unlicense",
+    "isc",
+}
 
 
 class PublishError(HubkernelsError):
@@ -79,8 +95,10 @@ def check_client() -> None:
     installed = version("huggingface_hub")
     parts = tuple(int(p) for p in re.findall(r"\d+", installed)[:2])
     if parts < MIN_HUB_CLIENT:
-        raise PublishError(f"uploading kernel repos needs huggingface_hub >= {MIN_HUB_CLIENT[0]}.{MIN_HUB_CLIENT[1]} "
-                           f"(installed: {installed}). Upgrade: pip install -U 'huggingface_hub>=2.3'")
+        raise PublishError(
+            f"uploading kernel repos needs huggingface_hub >= {MIN_HUB_CLIENT[0]}.{MIN_HUB_CLIENT[1]} "
+            f"(installed: {installed}). Upgrade: pip install -U 'huggingface_hub>=2.3'"
+        )
 
 
 def _shipped_files(variant_dir: Path) -> list[Path]:
@@ -105,8 +123,15 @@ def _batches(groups: list[list], limit: int = MAX_OPERATIONS_PER_COMMIT) -> list
     return out
 
 
-def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequence[str] | None = None,
-           private: bool = False, create_tag: bool = True, source: bool = True) -> UploadResult:
+def upload(
+    path: str | Path = ".",
+    *,
+    repo_id: str | None = None,
+    variants: Sequence[str] | None = None,
+    private: bool = False,
+    create_tag: bool = True,
+    source: bool = True,
+) -> UploadResult:
     """Upload the built variants of the kernel at `path` (default: all of build/), its source (unless
     `source=False`) and the card; see the module doc.
 
@@ -121,8 +146,9 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
     config = load_config(path, validate_files=False)
     repo_id = repo_id or config.general.hub.repo_id
     if not repo_id:
-        raise UsageError(f"no repo id: pass --repo-id ORG/NAME (or repo_id=) or set [general.hub] repo-id in "
-                         f"{config.file}")
+        raise UsageError(
+            f"no repo id: pass --repo-id ORG/NAME (or repo_id=) or set [general.hub] repo-id in {config.file}"
+        )
     built = _built_variants(path, variants)
     metas = {name: Metadata.read(d) for name, d in built.items()}
     _check_builds(config, built, metas)
@@ -135,23 +161,53 @@ def upload(path: str | Path = ".", *, repo_id: str | None = None, variants: Sequ
         api.create_branch(repo_id, branch=branch, revision="main", repo_type="kernel", exist_ok=True)
         branches[branch] = branches["main"]
     try:
-        remote = [f.path for f in api.list_repo_tree(repo_id, path_in_repo="build", recursive=True, revision=branch,
-                                                     repo_type="kernel") if isinstance(f, RepoFile)]
+        remote = [
+            f.path
+            for f in api.list_repo_tree(
+                repo_id, path_in_repo="build", recursive=True, revision=branch, repo_type="kernel"
+            )
+            if isinstance(f, RepoFile)
+        ]
     except (EntryNotFoundError, RevisionNotFoundError):
         remote = []
     source_ops = _source_ops(api, repo_id, branch, config) if source else []
     wheels_tmp = tempfile.TemporaryDirectory(prefix="hubkernels-wheels-")
     try:
-        return _commit_upload(api, config, repo_id, repo_url, branch, branches, new_branch, remote, source_ops,
-                              built, metas, Path(wheels_tmp.name), create_tag=create_tag)
+        return _commit_upload(
+            api,
+            config,
+            repo_id,
+            repo_url,
+            branch,
+            branches,
+            new_branch,
+            remote,
+            source_ops,
+            built,
+            metas,
+            Path(wheels_tmp.name),
+            create_tag=create_tag,
+        )
     finally:
         wheels_tmp.cleanup()
 
 
-def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch: str,  # type: ignore[no-untyped-def]
-                   branches: dict[str, str], new_branch: bool, remote: list[str], source_ops: list,
-                   built: dict[str, Path], metas: dict[str, Metadata], wheel_dir: Path, *,
-                   create_tag: bool) -> UploadResult:
+def _commit_upload(
+    api,
+    config: BuildConfig,
+    repo_id: str,
+    repo_url: str,
+    branch: str,  # type: ignore[no-untyped-def]
+    branches: dict[str, str],
+    new_branch: bool,
+    remote: list[str],
+    source_ops: list,
+    built: dict[str, Path],
+    metas: dict[str, Metadata],
+    wheel_dir: Path,
+    *,
+    create_tag: bool,
+) -> UploadResult:
     """Commit the variants (with their wheels), the source and the card; tag the result."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
     from huggingface_hub.errors import HfHubHTTPError
@@ -161,8 +217,12 @@ def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch
     deleted: list[str] = []
     remote_wheels = _remote_wheels(api, repo_id, branch)
     wheel_variants: dict[str, WheelVariant] = {}
-    with tqdm(total=sum(len(_shipped_files(d)) for d in built.values()), desc=f"Hashing {len(built)} variant(s)",
-              unit="file", leave=False) as bar:
+    with tqdm(
+        total=sum(len(_shipped_files(d)) for d in built.values()),
+        desc=f"Hashing {len(built)} variant(s)",
+        unit="file",
+        leave=False,
+    ) as bar:
         for name, vdir in built.items():
             local = {f"build/{name}/{p.relative_to(vdir).as_posix()}": p for p in _shipped_files(vdir)}
             ops: list = []
@@ -199,32 +259,66 @@ def _commit_upload(api, config: BuildConfig, repo_id: str, repo_url: str, branch
     for i, ops in enumerate(tqdm(batches, desc=f"Committing to {repo_id}@{branch}", unit="commit", leave=False)):
         suffix = f" (batch {i + 1}/{len(batches)})" if len(batches) > 1 else ""
         try:
-            info = api.create_commit(repo_id, ops, commit_message=summary + suffix, revision=branch,
-                                     repo_type="kernel", parent_commit=head)
+            info = api.create_commit(
+                repo_id, ops, commit_message=summary + suffix, revision=branch, repo_type="kernel", parent_commit=head
+            )
         except HfHubHTTPError as e:
             if e.response is None or e.response.status_code != 412:
                 raise
-            raise PublishError(f"{repo_id}@{branch} changed while uploading (someone else pushed to it); nothing "
-                               "after that point was committed. Run the upload again.") from None
+            raise PublishError(
+                f"{repo_id}@{branch} changed while uploading (someone else pushed to it); nothing "
+                "after that point was committed. Run the upload again."
+            ) from None
         head = info.oid
     changed = head != start
     tag = None
     if create_tag:
         tag = f"v{config.general.version}-{head[:7]}"
-        api.create_tag(repo_id, tag=tag, revision=head, repo_type="kernel", exist_ok=True,
-                       tag_message=f"{config.name} v{config.general.version}: {', '.join(built)}")
+        api.create_tag(
+            repo_id,
+            tag=tag,
+            revision=head,
+            repo_type="kernel",
+            exist_ok=True,
+            tag_message=f"{config.name} v{config.general.version}: {', '.join(built)}",
+        )
     gone = set(deleted)
     on_branch = {r.split("/")[1] for r in remote if r.count("/") >= 2 and r not in gone} | set(built)
     card = render_card(config, repo_id, {**{n: None for n in sorted(on_branch)}, **metas})
-    api.create_commit(repo_id, [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
-                      commit_message=f"Update the card for {config.name} v{config.general.version}",
-                      revision="main", repo_type="kernel")
+    api.create_commit(
+        repo_id,
+        [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode())],
+        commit_message=f"Update the card for {config.name} v{config.general.version}",
+        revision="main",
+        repo_type="kernel",
+    )
     url = f"{repo_url}/tree/{branch}"
-    logger.info("%s: %s %s to %s (commit %s%s)", repo_id, "uploaded" if changed else "unchanged:",
-                ", ".join(built), branch, head[:7], f", tag {tag}" if tag else "")
-    return UploadResult(repo_id, branch, config.general.version, head, tag, tuple(built), tuple(deleted), changed, url,
-                        tuple(op.path_in_repo for g in groups for op in g if isinstance(op, CommitOperationAdd)
-                              and op.path_in_repo.endswith(".whl")))
+    logger.info(
+        "%s: %s %s to %s (commit %s%s)",
+        repo_id,
+        "uploaded" if changed else "unchanged:",
+        ", ".join(built),
+        branch,
+        head[:7],
+        f", tag {tag}" if tag else "",
+    )
+    return UploadResult(
+        repo_id,
+        branch,
+        config.general.version,
+        head,
+        tag,
+        tuple(built),
+        tuple(deleted),
+        changed,
+        url,
+        tuple(
+            op.path_in_repo
+            for g in groups
+            for op in g
+            if isinstance(op, CommitOperationAdd) and op.path_in_repo.endswith(".whl")
+        ),
+    )
 
 
 def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelVariant | None]]:
@@ -248,14 +342,22 @@ def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     try:
-        paths = [f.path for f in api.list_repo_tree(repo_id, path_in_repo=WHEELS_DIR, recursive=True, revision=branch,
-                                                    repo_type="kernel") if isinstance(f, RepoFile)]
+        paths = [
+            f.path
+            for f in api.list_repo_tree(
+                repo_id, path_in_repo=WHEELS_DIR, recursive=True, revision=branch, repo_type="kernel"
+            )
+            if isinstance(f, RepoFile)
+        ]
     except (EntryNotFoundError, RevisionNotFoundError):
         return {}
     out: dict[str, bytes | None] = {}
     for path in paths:
-        out[path] = Path(hf_hub_download(repo_id, path, repo_type="kernel", revision=branch)).read_bytes() \
-            if path.endswith("-variants.json") else None
+        out[path] = (
+            Path(hf_hub_download(repo_id, path, repo_type="kernel", revision=branch)).read_bytes()
+            if path.endswith("-variants.json")
+            else None
+        )
     return out
 
 
@@ -264,9 +366,20 @@ def _variants_index(remote: dict[str, bytes | None], uploaded: dict[str, WheelVa
     variants = {wv.label: wv for wv in uploaded.values()}
     for data in remote.values():
         for label, props in (json.loads(data).get("variants", {}) if data is not None else {}).items():
-            variants.setdefault(label, WheelVariant(label, tuple(sorted(
-                (ns, feature, value) for ns, features in props.items() for feature, values in features.items()
-                for value in values))))
+            variants.setdefault(
+                label,
+                WheelVariant(
+                    label,
+                    tuple(
+                        sorted(
+                            (ns, feature, value)
+                            for ns, features in props.items()
+                            for feature, values in features.items()
+                            for value in values
+                        )
+                    ),
+                ),
+            )
     return (json.dumps(variant_json(list(variants.values())), indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -304,12 +417,18 @@ def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:  #
 
     local = {f"{SOURCE_DIR}/{rel}": p for rel, p in source_files(config).items()}
     try:
-        remote = [f.path for f in api.list_repo_tree(repo_id, path_in_repo=SOURCE_DIR, recursive=True,
-                                                     revision=branch, repo_type="kernel") if isinstance(f, RepoFile)]
+        remote = [
+            f.path
+            for f in api.list_repo_tree(
+                repo_id, path_in_repo=SOURCE_DIR, recursive=True, revision=branch, repo_type="kernel"
+            )
+            if isinstance(f, RepoFile)
+        ]
     except (EntryNotFoundError, RevisionNotFoundError):
         remote = []
-    return [CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)) for target, p in local.items()] + \
-        [CommitOperationDelete(path_in_repo=r) for r in remote if r not in local]
+    return [CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)) for target, p in local.items()] + [
+        CommitOperationDelete(path_in_repo=r) for r in remote if r not in local
+    ]
 
 
 def _built_variants(path: str | Path, wanted: Sequence[str] | None) -> dict[str, Path]:
@@ -329,22 +448,31 @@ def _check_builds(config: BuildConfig, built: dict[str, Path], metas: dict[str, 
     """Refuse stale or damaged builds; warn about dirty ones (they cannot be reproduced from a commit)."""
     for name, meta in metas.items():
         if meta.version != config.general.version or meta.name != config.name:
-            raise PublishError(f"build/{name} is {meta.name} v{meta.version}, but {config.file} says {config.name} "
-                               f"v{config.general.version}. Rebuild it with `hubkernels build`.")
+            raise PublishError(
+                f"build/{name} is {meta.name} v{meta.version}, but {config.file} says {config.name} "
+                f"v{config.general.version}. Rebuild it with `hubkernels build`."
+            )
         problems = violations(built[name], meta.digest)
         if problems:
-            raise PublishError(f"build/{name} does not match its metadata.json digest ({'; '.join(problems)}). "
-                               "Rebuild it with `hubkernels build` before uploading.")
+            raise PublishError(
+                f"build/{name} does not match its metadata.json digest ({'; '.join(problems)}). "
+                "Rebuild it with `hubkernels build` before uploading."
+            )
         from .build.loadcheck import variant_load_problems
 
         unloadable = variant_load_problems(built[name])
         if unloadable:
-            raise PublishError(f"build/{name} would not load where its name says ({'; '.join(unloadable)}). "
-                               "Fix it and rebuild before uploading.")
+            raise PublishError(
+                f"build/{name} would not load where its name says ({'; '.join(unloadable)}). "
+                "Fix it and rebuild before uploading."
+            )
         if meta.dirty:
-            warnings.warn(f"build/{name} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
-                          "can rebuild it from a commit. Commit, rebuild and upload again for a reproducible release.",
-                          UserWarning, stacklevel=3)
+            warnings.warn(
+                f"build/{name} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
+                "can rebuild it from a commit. Commit, rebuild and upload again for a reproducible release.",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 # -- the card ---------------------------------------------------------------------------------------------------
@@ -360,8 +488,9 @@ def package_api(package_dir: Path) -> tuple[str | None, list[tuple[str, str]]]:
     exports: list[str] = []
     docs: dict[str, str] = {}
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
-            else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
             try:
                 exports = [str(x) for x in ast.literal_eval(node.value)]
@@ -391,17 +520,41 @@ def render_card(config: BuildConfig, repo_id: str, variants: dict[str, Metadata 
     version = config.general.version
     doc, exports = package_api(config.package_dir)
     short = config.python_name.split("_")[0] if config.python_name else "kernel"
-    lines = ["---", _license(config.general.license), "tags:", "- kernels", "- hubkernels", "---", "",
-             f"# {config.name}", ""]
+    lines = [
+        "---",
+        _license(config.general.license),
+        "tags:",
+        "- kernels",
+        "- hubkernels",
+        "---",
+        "",
+        f"# {config.name}",
+        "",
+    ]
     if doc:
         lines += [doc.strip(), ""]
-    lines += ["## Load it", "", "```python", "import hubkernels", "",
-              f'{short} = hubkernels.get_kernel("{repo_id}", version={version})', "```", "",
-              "Hugging Face `kernels` loads it too:", "", "```python", "from kernels import get_kernel", "",
-              f'{short} = get_kernel("{repo_id}", version={version})', "```", "",
-              f"Version {version} lives on branch `v{version}`; every upload is also tagged "
-              f"`v{version}-<commit>`. Pin a commit with `revision=` or lock it with "
-              f"`hubkernels lock {repo_id}@v{version}`.", ""]
+    lines += [
+        "## Load it",
+        "",
+        "```python",
+        "import hubkernels",
+        "",
+        f'{short} = hubkernels.get_kernel("{repo_id}", version={version})',
+        "```",
+        "",
+        "Hugging Face `kernels` loads it too:",
+        "",
+        "```python",
+        "from kernels import get_kernel",
+        "",
+        f'{short} = get_kernel("{repo_id}", version={version})',
+        "```",
+        "",
+        f"Version {version} lives on branch `v{version}`; every upload is also tagged "
+        f"`v{version}-<commit>`. Pin a commit with `revision=` or lock it with "
+        f"`hubkernels lock {repo_id}@v{version}`.",
+        "",
+    ]
     if exports:
         lines += ["## API", "", "| name | what |", "|---|---|"]
         lines += [f"| `{name}` | {what.replace('|', '/')} |" for name, what in exports]
@@ -417,8 +570,10 @@ def render_card(config: BuildConfig, repo_id: str, variants: dict[str, Metadata 
     sources += [f"- Source: {config.general.source}"] if config.general.source else []
     if sources:
         lines += ["## Source", "", *sources, ""]
-    lines += [f"License: {config.general.license or 'unspecified'}. Built from `build.toml` and published "
-              "with hubkernels.", ""]
+    lines += [
+        f"License: {config.general.license or 'unspecified'}. Built from `build.toml` and published with hubkernels.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -433,8 +588,12 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--variant", action="append", dest="variants", help="upload only this variant (repeatable)")
     p.add_argument("--private", action="store_true", help="create the repo private")
     p.add_argument("--no-tag", dest="create_tag", action="store_false", help="do not tag the upload")
-    p.add_argument("--no-source", dest="source", action="store_false",
-                   help="do not publish the source under source/ (machines no variant fits cannot build it)")
+    p.add_argument(
+        "--no-source",
+        dest="source",
+        action="store_false",
+        help="do not publish the source under source/ (machines no variant fits cannot build it)",
+    )
     p.set_defaults(func=_cmd_upload)
 
 
@@ -449,8 +608,14 @@ def load_hint(repo_id: str, version: int) -> str:
 
 
 def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
-    result = upload(args.path, repo_id=args.repo_id, variants=args.variants, private=args.private,
-                    create_tag=args.create_tag, source=args.source)
+    result = upload(
+        args.path,
+        repo_id=args.repo_id,
+        variants=args.variants,
+        private=args.private,
+        create_tag=args.create_tag,
+        source=args.source,
+    )
     state = "uploaded" if result.changed else "unchanged (already published)"
     print(f"{result.repo_id}@{result.branch}: {state} {', '.join(result.variants)}")
     print(f"  commit {result.commit}" + (f", tag {result.tag}" if result.tag else ""))

@@ -36,19 +36,28 @@ class ScaffoldError(UsageError):
     """The kernel cannot be created as asked (the message says what to do)."""
 
 
-def init_kernel(name: str, dest: str | Path | None = None, *, backends: Sequence[str] = BACKENDS,
-                op: str = _TEMPLATE_OP, repo_id: str | None = None, git: bool = True) -> Path:
+def init_kernel(
+    name: str,
+    dest: str | Path | None = None,
+    *,
+    backends: Sequence[str] = BACKENDS,
+    op: str = _TEMPLATE_OP,
+    repo_id: str | None = None,
+    git: bool = True,
+) -> Path:
     """Create the kernel `name` in `dest` (default `./name`) and return its root; never overwrites anything."""
     if not _NAME.fullmatch(name):
-        raise ScaffoldError(f"kernel name {name!r} must be lowercase letters and digits separated by '-' "
-                            "(e.g. fast-norms)")
+        raise ScaffoldError(
+            f"kernel name {name!r} must be lowercase letters and digits separated by '-' (e.g. fast-norms)"
+        )
     if not _OP.fullmatch(op):
         raise ScaffoldError(f"op name {op!r} must be a Python identifier in snake_case (e.g. silu_and_mul)")
     backends = tuple(dict.fromkeys(backends))
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown or not backends:
-        raise ScaffoldError(f"--backends takes a comma-separated subset of {','.join(BACKENDS)}, got "
-                            f"{','.join(backends) or 'nothing'}")
+        raise ScaffoldError(
+            f"--backends takes a comma-separated subset of {','.join(BACKENDS)}, got {','.join(backends) or 'nothing'}"
+        )
     root = Path(dest if dest is not None else name).expanduser().absolute()
     if root.exists() or root.is_symlink():
         raise ScaffoldError(f"{root} already exists; init never overwrites: choose another --dest or remove it")
@@ -77,6 +86,7 @@ def init_kernel(name: str, dest: str | Path | None = None, *, backends: Sequence
 
 def _rename_tree(root: Path, renames: list[tuple[str, str]]) -> None:
     """Apply `renames` to every file's text and to every file and folder name under `root`."""
+
     def rename(text: str) -> str:
         for old, new in renames:  # torch's own F.rms_norm keeps its name
             text = re.sub(rf"(?<!F\.)(?<!functional\.){re.escape(old)}", new, text)
@@ -97,11 +107,11 @@ def _write_build_toml(path: Path, name: str, package: str, backends: tuple[str, 
     for backend in BACKENDS:
         if backend not in backends:  # drop the whole [kernel.<package>_<backend>] table
             text = re.sub(rf"\n\[kernel\.{package}_{backend}\].*?(?=\n\[|\Z)", "", text, flags=re.S)
-    text = re.sub(r"^backends = \[.*\]$", "backends = [" + ", ".join(f'"{b}"' for b in backends) + "]", text,
-                  flags=re.M)
+    text = re.sub(
+        r"^backends = \[.*\]$", "backends = [" + ", ".join(f'"{b}"' for b in backends) + "]", text, flags=re.M
+    )
     text = re.sub(r'^repo-id = ".*"$', f'repo-id = "{repo_id}"', text, flags=re.M)
-    text = re.sub(r"^# .*\(SKILL\.md, \"1\. Scaffold\"\)\.$", f"# {name}: made by `hubkernels init`.", text,
-                  flags=re.M)
+    text = re.sub(r"^# .*\(SKILL\.md, \"1\. Scaffold\"\)\.$", f"# {name}: made by `hubkernels init`.", text, flags=re.M)
     path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
 
 
@@ -116,11 +126,14 @@ def _git_commit(root: Path, message: str) -> None:
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", message]):
         done = subprocess.run(["git", *cmd], cwd=root, env=env, capture_output=True, text=True)
         if done.returncode != 0:
-            raise ScaffoldError(f"the kernel is in {root} but `git {' '.join(cmd)}` failed: "
-                                f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}; commit it yourself")
+            raise ScaffoldError(
+                f"the kernel is in {root} but `git {' '.join(cmd)}` failed: "
+                f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}; commit it yourself"
+            )
 
 
 # ---- command line -------------------------------------------------------------------------------
+
 
 def _cmd_init(args: argparse.Namespace) -> int:
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -131,10 +144,13 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("init", help="create a new kernel (build.toml, op sources, package, tests, benchmark, git)",
-                       description="Create a kernel from the skill's template: one op, CPU and/or CUDA sources, "
-                                   "fake implementation, backward, layer, tests and a benchmark declaration, "
-                                   "committed to a new git repository. Never overwrites.")
+    p = sub.add_parser(
+        "init",
+        help="create a new kernel (build.toml, op sources, package, tests, benchmark, git)",
+        description="Create a kernel from the skill's template: one op, CPU and/or CUDA sources, "
+        "fake implementation, backward, layer, tests and a benchmark declaration, "
+        "committed to a new git repository. Never overwrites.",
+    )
     p.add_argument("name", help="kernel name, lowercase and '-' (the Python package uses '_')")
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: cpu, cuda (default: both)")
     p.add_argument("--op", default=_TEMPLATE_OP, help=f"name of the first op (default: {_TEMPLATE_OP})")

@@ -16,8 +16,15 @@ from pathlib import Path
 
 from .errors import UsageError
 
-__all__ = ["CLAUDE_DEST", "CODEX_DEST", "OPENCODE_DEST", "SkillInstallError", "install_skill", "register_cli",
-           "skill_dir"]
+__all__ = [
+    "CLAUDE_DEST",
+    "CODEX_DEST",
+    "OPENCODE_DEST",
+    "SkillInstallError",
+    "install_skill",
+    "register_cli",
+    "skill_dir",
+]
 
 #: Where `install` puts the skill by default (relative to the current directory), per agent.
 CLAUDE_DEST = Path(".claude/skills/hubkernels")
@@ -54,15 +61,18 @@ def install_skill(dest: str | Path = CLAUDE_DEST, *, force: bool = False) -> Pat
     """
     source = skill_dir()
     if not (source / "SKILL.md").is_file():
-        raise SkillInstallError(f"the skill is missing from this hubkernels installation ({source}); "
-                                "reinstall hubkernels")
+        raise SkillInstallError(
+            f"the skill is missing from this hubkernels installation ({source}); reinstall hubkernels"
+        )
     target = Path(dest).expanduser().absolute()
     occupied = target.exists() and (not target.is_dir() or any(target.iterdir()))
     if occupied and not force:
         raise SkillInstallError(f"{target} already exists; pass --force to replace it with this version")
     if occupied and not _is_skill_install(target):
-        raise SkillInstallError(f"{target} is not a hubkernels skill install (no SKILL.md named hubkernels), so "
-                                "it is not replaced even with --force; choose another --dest")
+        raise SkillInstallError(
+            f"{target} is not a hubkernels skill install (no SKILL.md named hubkernels), so "
+            "it is not replaced even with --force; choose another --dest"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     # Copy next to the target, then swap it in: an interrupted install never leaves half a skill.
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -83,8 +93,11 @@ def install_skill(dest: str | Path = CLAUDE_DEST, *, force: bool = False) -> Pat
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    dest = args.dest if args.dest is not None else (
-        CODEX_DEST if args.codex else OPENCODE_DEST if args.opencode else CLAUDE_DEST)
+    dest = (
+        args.dest
+        if args.dest is not None
+        else (CODEX_DEST if args.codex else OPENCODE_DEST if args.opencode else CLAUDE_DEST)
+    )
     target = install_skill(dest, force=args.force)
     files = sum(1 for p in target.rglob("*") if p.is_file())
     print(f"installed the hubkernels skill ({files} files) in {target}")
@@ -103,16 +116,23 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignor
         return
     p = subparsers.add_parser("skill", help="install the agent skill for writing and shipping kernels")
     sub = p.add_subparsers(dest="skill_command", metavar="{install,path}", required=True)
-    install = sub.add_parser("install", help="copy the skill where a coding agent finds it",
-                             description="Copy SKILL.md, references/ and templates/ to .claude/skills/hubkernels/ "
-                                         "(default, Claude Code), .codex/skills/hubkernels/ (--codex), "
-                                         ".opencode/skills/hubkernels/ (--opencode) or --dest.")
+    install = sub.add_parser(
+        "install",
+        help="copy the skill where a coding agent finds it",
+        description="Copy SKILL.md, references/ and templates/ to .claude/skills/hubkernels/ "
+        "(default, Claude Code), .codex/skills/hubkernels/ (--codex), "
+        ".opencode/skills/hubkernels/ (--opencode) or --dest.",
+    )
     where = install.add_mutually_exclusive_group()
     where.add_argument("--dest", type=Path, help="install into this folder instead")
-    where.add_argument("--codex", action="store_true",
-                       help=f"install into {CODEX_DEST}/ (Codex) instead of {CLAUDE_DEST}/")
-    where.add_argument("--opencode", action="store_true",
-                       help=f"install into {OPENCODE_DEST}/ (OpenCode's project skills) instead of {CLAUDE_DEST}/")
+    where.add_argument(
+        "--codex", action="store_true", help=f"install into {CODEX_DEST}/ (Codex) instead of {CLAUDE_DEST}/"
+    )
+    where.add_argument(
+        "--opencode",
+        action="store_true",
+        help=f"install into {OPENCODE_DEST}/ (OpenCode's project skills) instead of {CLAUDE_DEST}/",
+    )
     install.add_argument("--force", action="store_true", help="replace an earlier install of the skill")
     install.set_defaults(func=_cmd_install)
     path = sub.add_parser("path", help="print where the skill lives inside the installed package")

@@ -45,14 +45,14 @@ def _section(data: bytes | bytearray, name: bytes) -> tuple[int, int] | None:
     """(file offset, size) of the ELF64 section called `name`, or None."""
     if data[:4] != b"\x7fELF" or data[4] != 2:
         return None
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    str_off, = struct.unpack_from("<Q", data, shoff + shstrndx * shentsize + 0x18)
+    (str_off,) = struct.unpack_from("<Q", data, shoff + shstrndx * shentsize + 0x18)
     for i in range(shnum):
         base = shoff + i * shentsize
-        name_off, = struct.unpack_from("<I", data, base)
+        (name_off,) = struct.unpack_from("<I", data, base)
         end = data.index(b"\0", str_off + name_off)
-        if bytes(data[str_off + name_off:end]) == name:
+        if bytes(data[str_off + name_off : end]) == name:
             offset, size = struct.unpack_from("<QQ", data, base + 0x18)
             return offset, size
     return None
@@ -67,7 +67,7 @@ def fatbin_entries(data: bytes | bytearray) -> list[list[tuple[int, int]]]:
     for start, size in _fatbins(data, *found):
         entries = []
         for pos, header, padded in _entries(data, start, size):
-            kind, = struct.unpack_from("<H", data, pos)
+            (kind,) = struct.unpack_from("<H", data, pos)
             entries.append((kind, struct.unpack_from("<I", data, pos + _ENTRY_SM_OFFSET)[0]))
         out.append(entries)
     return out
@@ -87,7 +87,7 @@ def _fatbins(data: bytes | bytearray, offset: int, size: int) -> list[tuple[int,
 
 
 def _entries(data: bytes | bytearray, start: int, body: int) -> list[tuple[int, int, int]]:
-    header, = struct.unpack_from("<H", data, start + 6)
+    (header,) = struct.unpack_from("<H", data, start + 6)
     pos, end, out = start + header, start + header + body, []
     while pos + _ENTRY.size <= end:
         _, _, entry_header, padded = _ENTRY.unpack_from(data, pos)
@@ -106,16 +106,18 @@ def slice_module(data: bytes, sm: int) -> bytes:
         return data
     for start, body in _fatbins(data, *found):
         entries = _entries(data, start, body)
-        kinds = [(struct.unpack_from("<H", data, p)[0], struct.unpack_from("<I", data, p + _ENTRY_SM_OFFSET)[0])
-                 for p, _, _ in entries]
+        kinds = [
+            (struct.unpack_from("<H", data, p)[0], struct.unpack_from("<I", data, p + _ENTRY_SM_OFFSET)[0])
+            for p, _, _ in entries
+        ]
         if not any(k == _SASS and s == sm for k, s in kinds):
             continue  # no SASS for this arch here: keep all of it
         ptx = max((s for k, s in kinds if k == _PTX), default=None)
         keep = [e for e, (k, s) in zip(entries, kinds) if (k == _SASS and s == sm) or (k == _PTX and s == ptx)]
-        header, = struct.unpack_from("<H", data, start + 6)
+        (header,) = struct.unpack_from("<H", data, start + 6)
         pos = start + header
         for p, h, padded in keep:
-            out[pos:pos + h + padded] = data[p:p + h + padded]
+            out[pos : pos + h + padded] = data[p : p + h + padded]
             pos += h + padded
         end = start + header + body
         out[pos:end] = bytes(end - pos)

@@ -48,7 +48,7 @@ class Variant:
     def parse(cls, name: str) -> "Variant":
         """Parse a variant directory name; raises ValueError saying what part is wrong."""
         if name.startswith("torch-") and not name.startswith("torch-stable-abi"):
-            backend = name[len("torch-"):]
+            backend = name[len("torch-") :]
             if backend not in BACKENDS:
                 raise ValueError(f"{name!r}: unknown noarch backend {backend!r} (known: {', '.join(BACKENDS)})")
             return cls(kind="noarch", backend=backend)
@@ -63,8 +63,9 @@ class Variant:
             head, rest, pattern, kind = parts[0], parts[1:], _TORCH, "torch"
         m = pattern.match(head)
         if not m:
-            raise ValueError(f"{name!r}: expected torch<M><m>[-cxx11], torch-stable-abi<M><m>, "
-                             "tvm-ffi<M><m> or torch-<backend>")
+            raise ValueError(
+                f"{name!r}: expected torch<M><m>[-cxx11], torch-stable-abi<M><m>, tvm-ffi<M><m> or torch-<backend>"
+            )
         fw = (int(m.group(1)), int(m.group(2)))
         abi = m.group(3) if kind == "torch" else None
         if len(rest) < 3:
@@ -78,8 +79,11 @@ class Variant:
             return f"torch-{self.backend}"
         assert self.framework_version is not None
         major, minor = self.framework_version
-        head = {"torch": f"torch{major}{minor}", "stable-abi": f"torch-stable-abi{major}{minor}",
-                "tvm-ffi": f"tvm-ffi{major}{minor}"}[self.kind]
+        head = {
+            "torch": f"torch{major}{minor}",
+            "stable-abi": f"torch-stable-abi{major}{minor}",
+            "tvm-ffi": f"tvm-ffi{major}{minor}",
+        }[self.kind]
         if self.kind == "torch" and self.abi:
             head += f"-{self.abi}"
         return f"{head}-{self.compute}-{self.cpu}-{self.os}"
@@ -97,7 +101,9 @@ class Variant:
 def _parse_compute(name: str, compute: str) -> tuple[str, tuple[int, int] | None]:
     m = _COMPUTE.match(compute)
     if not m:
-        raise ValueError(f"{name!r}: unknown compute {compute!r} (cpu, metal, cu<MM><m>, rocm<M><m>, xpu<YYYY><m>, ...)")
+        raise ValueError(
+            f"{name!r}: unknown compute {compute!r} (cpu, metal, cu<MM><m>, rocm<M><m>, xpu<YYYY><m>, ...)"
+        )
     g = m.groups()
     if g[0]:
         return g[0], None
@@ -141,18 +147,25 @@ class System:
         if backend in ("cuda", "rocm") and torch.cuda.is_available():
             caps = tuple(tuple(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count()))  # type: ignore[misc]
             if backend == "rocm":
-                gfx = tuple(str(torch.cuda.get_device_properties(i).gcnArchName).split(":")[0]
-                            for i in range(torch.cuda.device_count()))
+                gfx = tuple(
+                    str(torch.cuda.get_device_properties(i).gcnArchName).split(":")[0]
+                    for i in range(torch.cuda.device_count())
+                )
         os_ = _platform.system().lower()
         macos = None
         if os_ == "darwin":
             rel = _platform.mac_ver()[0].split(".")
             macos = (int(rel[0]), int(rel[1]) if len(rel) > 1 else 0)
         return cls(
-            torch_version=(major, minor), backend=backend, backend_version=bver,
-            cpu=normalize_cpu(_platform.machine()), os=os_,
-            cxx11_abi=bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)), capabilities=caps,
-            macos_version=macos, rocm_archs=gfx,
+            torch_version=(major, minor),
+            backend=backend,
+            backend_version=bver,
+            cpu=normalize_cpu(_platform.machine()),
+            os=os_,
+            cxx11_abi=bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)),
+            capabilities=caps,
+            macos_version=macos,
+            rocm_archs=gfx,
             free_threaded=sys.version_info < (3, 15) and bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
         )
 
@@ -163,8 +176,15 @@ class System:
         if backend in ("cuda", "rocm", "xpu", "cann") and bver is None:
             raise ValueError(f"cannot build for {backend}: this torch was not built with {backend}")
         abi = ("cxx11" if self.cxx11_abi else "cxx98") if self.os == "linux" else None
-        return Variant(kind="torch", backend=backend, framework_version=self.torch_version, abi=abi,
-                       backend_version=bver, cpu=self.cpu, os=self.os)
+        return Variant(
+            kind="torch",
+            backend=backend,
+            framework_version=self.torch_version,
+            abi=abi,
+            backend_version=bver,
+            cpu=self.cpu,
+            os=self.os,
+        )
 
 
 def _detect_backend(torch) -> tuple[str, tuple[int, int] | None]:  # type: ignore[no-untyped-def]

@@ -30,8 +30,17 @@ from .errors import HubkernelsError
 __all__ = ["Toolchain", "ToolchainError", "ToolchainUnavailable", "toolchain", "cuda_home", "torch_env"]
 
 #: What a toolchain's venv needs besides torch to run `python -m hubkernels build` from our source tree.
-BUILD_REQUIREMENTS = ("ninja", "setuptools>=68", "wheel", "packaging>=23", "tqdm", "filelock", "numpy",
-                      "pyelftools>=0.31", "kernel-abi-check>=0.14")
+BUILD_REQUIREMENTS = (
+    "ninja",
+    "setuptools>=68",
+    "wheel",
+    "packaging>=23",
+    "tqdm",
+    "filelock",
+    "numpy",
+    "pyelftools>=0.31",
+    "kernel-abi-check>=0.14",
+)
 #: The nvidia-cuda-* wheels that make a CUDA_HOME (13.x wheels ship the whole nvcc; 12.x ones only ptxas).
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-nvvm")
 _MARKER = ".complete"
@@ -84,12 +93,28 @@ def torch_env(version: str, *, say: Say = print) -> tuple[Path, dict[str, str]]:
     def make() -> None:
         say(f"  toolchain torch {version}: creating a virtual environment in {root}")
         _run([sys.executable, "-m", "venv", str(root)], f"creating the venv for torch {version}")
-        say(f"  toolchain torch {version}: installing torch=={version}.* and the build requirements (pip; a CUDA "
-            "build of torch is several GB on a cold cache)")
-        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", f"torch=={version}.*",
-              *BUILD_REQUIREMENTS], f"installing torch {version}", unavailable=_no_release(version))
-        probe = ("import json, torch; print(json.dumps({'torch': torch.__version__.split('+')[0], "
-                 "'cuda': torch.version.cuda}))")
+        say(
+            f"  toolchain torch {version}: installing torch=={version}.* and the build requirements (pip; a CUDA "
+            "build of torch is several GB on a cold cache)"
+        )
+        _run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-q",
+                f"torch=={version}.*",
+                *BUILD_REQUIREMENTS,
+            ],
+            f"installing torch {version}",
+            unavailable=_no_release(version),
+        )
+        probe = (
+            "import json, torch; print(json.dumps({'torch': torch.__version__.split('+')[0], "
+            "'cuda': torch.version.cuda}))"
+        )
         out = _run([str(python), "-c", probe], f"importing torch {version}")
         (root / "toolchain.json").write_text(out.strip().splitlines()[-1])
         (root / "requirements.txt").write_text("\n".join(BUILD_REQUIREMENTS))
@@ -111,8 +136,10 @@ def _upgrade_requirements(root: Path, python: Path, say: Say) -> None:
         if record.is_file() and record.read_text() == wanted:
             return
         say(f"  toolchain {root.name}: installing the build requirements of this hubkernels")
-        _run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_REQUIREMENTS],
-             f"updating the build requirements in {root}")
+        _run(
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *BUILD_REQUIREMENTS],
+            f"updating the build requirements in {root}",
+        )
         record.write_text(wanted)
 
 
@@ -127,14 +154,29 @@ def cuda_home(version: str, *, say: Say = print) -> Path:
             f"CUDA {version}: no local toolkit of that version, and the package index's nvidia-cuda-nvcc-cu12 wheels "
             "(12.0-12.9) carry only ptxas and libnvvm (no nvcc, cicc, cudafe++, fatbinary or nvlink), while CUDA "
             "13's nvcc emits PTX a CUDA 12 ptxas cannot read and links libcudart.so.13. Install the CUDA "
-            + version + " toolkit and point CUDA_HOME at it.")
+            + version
+            + " toolkit and point CUDA_HOME at it."
+        )
     root = settings.toolchain_dir() / f"cuda{version}"
 
     def make() -> None:
         say(f"  toolchain CUDA {version}: installing {', '.join(CUDA_WHEELS)} {version}.* into {root}")
-        _run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "-q", "--no-deps", "--target",
-              str(root), *(f"{w}=={version}.*" for w in CUDA_WHEELS)], f"installing CUDA {version}",
-             unavailable=_no_release(f"CUDA {version}"))
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(root),
+                *(f"{w}=={version}.*" for w in CUDA_WHEELS),
+            ],
+            f"installing CUDA {version}",
+            unavailable=_no_release(f"CUDA {version}"),
+        )
         home = _wheel_home(root)
         lib = home / "lib"
         for so in lib.glob("libcudart.so.*"):  # the linker wants the unversioned name

@@ -99,8 +99,10 @@ def reject_reason(variant: Variant, system: System, backend: str | None = None) 
         return None
     have = system.backend_version if want == system.backend else None
     if variant.backend != want or variant.backend_version != have:
-        return f"built for {_backend_name(variant.backend, variant.backend_version)}, this system uses " \
-               f"{_backend_name(want, have)}"
+        return (
+            f"built for {_backend_name(variant.backend, variant.backend_version)}, this system uses "
+            f"{_backend_name(want, have)}"
+        )
     if want == "metal" and (system.macos_version is None or system.macos_version < _METAL_MIN_MACOS):
         return f"Metal builds need macOS >= {_v(_METAL_MIN_MACOS)}, this is {_v(system.macos_version)}"
     return None
@@ -197,8 +199,10 @@ def minver_reason(minver: object) -> str | None:
     if not isinstance(minver, str) or len(parts) != 3 or not all(p.isdigit() for p in parts):
         return f"its metadata.json has kernels-minver {minver!r}, not a version X.Y.Z, so kernels cannot read it"
     if tuple(int(p) for p in parts) > KERNELS_COMPAT:
-        return (f"it requires kernels>={minver}, and hubkernels follows kernels "
-                f"{'.'.join(map(str, KERNELS_COMPAT))}; use a variant or version built for that release")
+        return (
+            f"it requires kernels>={minver}, and hubkernels follows kernels "
+            f"{'.'.join(map(str, KERNELS_COMPAT))}; use a variant or version built for that release"
+        )
     return None
 
 
@@ -228,8 +232,9 @@ def _candidates(system: System, want: str) -> Iterator[Variant]:
     cpu, os_ = system.cpu, system.os
     if want == system.backend and system.backend_version is not None:
         major, minor = system.backend_version
-        bversions: list[tuple[int, int] | None] = [(major, m) for m in range(minor, -1, -1)] if want == "cuda" \
-            else [system.backend_version]
+        bversions: list[tuple[int, int] | None] = (
+            [(major, m) for m in range(minor, -1, -1)] if want == "cuda" else [system.backend_version]
+        )
     else:
         bversions = [None]
     tmajor, tminor = system.torch_version

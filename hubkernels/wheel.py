@@ -35,8 +35,10 @@ from .system import Variant
 SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
 NULL_LABEL = "null"
 #: The provider plugin installers run to learn this machine's `nvidia` properties.
-NVIDIA_PROVIDER = {"requires": ["nvidia-variant-provider>=0.0.1,<1.0.0"],
-                   "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin"}
+NVIDIA_PROVIDER = {
+    "requires": ["nvidia-variant-provider>=0.0.1,<1.0.0"],
+    "plugin-api": "nvidia_variant_provider.plugin:NvidiaVariantPlugin",
+}
 # Fixed timestamp for reproducible wheels (zip cannot store dates before 1980).
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -71,8 +73,10 @@ def wheel_variant(variant: Variant, meta: Metadata) -> WheelVariant:
     elif variant.kind not in ("stable-abi", "noarch"):
         raise UsageError(f"{variant}: a {variant.kind} variant has no wheel variant; pack a torch or stable-ABI one")
     elif variant.kind == "noarch" and variant.backend not in ("cpu", "universal"):
-        raise UsageError(f"{variant}: a noarch {variant.backend} variant has no wheel variant (no property says "
-                         "'any version'); its files load from the Hub layout")
+        raise UsageError(
+            f"{variant}: a noarch {variant.backend} variant has no wheel variant (no property says "
+            "'any version'); its files load from the Hub layout"
+        )
     if variant.backend == "cuda":
         if variant.backend_version is not None:
             props.append(("nvidia", "cuda_version_lower_bound", "{}.{}".format(*variant.backend_version)))
@@ -93,8 +97,12 @@ def variant_json(variants: list[WheelVariant]) -> dict:
     providers: dict = {"nvidia": NVIDIA_PROVIDER}
     if any(ns == "abi_dependency" for v in variants for ns, _, _ in v.properties):
         providers["abi_dependency"] = {"builtin": "abi_dependency"}
-    return {"$schema": SCHEMA, "default-priorities": {"namespace": list(providers)}, "providers": providers,
-            "variants": {v.label: v.as_json() for v in sorted(variants, key=lambda v: v.label)}}
+    return {
+        "$schema": SCHEMA,
+        "default-priorities": {"namespace": list(providers)},
+        "providers": providers,
+        "variants": {v.label: v.as_json() for v in sorted(variants, key=lambda v: v.label)},
+    }
 
 
 def _record_hash(data: bytes) -> str:
@@ -132,8 +140,9 @@ def pack(variant_dir: str | Path, out_dir: str | Path, *, any_variant: bool = Fa
     from .build import check_abi
 
     portable = not any(p.startswith("manylinux") for so in Path(variant_dir).glob("*.so") for p in check_abi(so))
-    return build_wheel(variant_dir, out_dir, manylinux="manylinux_2_28" if portable else None,
-                       any_variant=any_variant, sliced=sliced)
+    return build_wheel(
+        variant_dir, out_dir, manylinux="manylinux_2_28" if portable else None, any_variant=any_variant, sliced=sliced
+    )
 
 
 def slice_label(label: str, arch: str) -> str:
@@ -141,8 +150,14 @@ def slice_label(label: str, arch: str) -> str:
     return f"{label}_sm{sm_of(arch)}"
 
 
-def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str | None = "manylinux_2_28",
-                any_variant: bool = False, sliced: bool = False) -> Path:
+def build_wheel(
+    variant_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    manylinux: str | None = "manylinux_2_28",
+    any_variant: bool = False,
+    sliced: bool = False,
+) -> Path:
     """Write the variant wheel of one built variant into `out_dir` and return its path (same bytes each time).
 
     `any_variant=True`: a variant PEP 825 cannot describe gets a wheel without label or variant.json (the
@@ -165,12 +180,26 @@ def build_wheel(variant_dir: str | Path, out_dir: str | Path, *, manylinux: str 
     requires += meta.python_depends
     files: dict[str, bytes] = {f"{dist}/{rel}": p.read_bytes() for rel, p in shipped_files(variant_dir)}
     files[f"{info}/METADATA"] = "\n".join(
-        ["Metadata-Version: 2.1", f"Name: {dist}", f"Version: {version}", f"License: {meta.license}",
-         "Requires-Python: >=3.10", *[f"Requires-Dist: {r}" for r in requires],
-         f"Summary: {meta.name} kernel, build variant {variant_dir.name} ({meta.id})", ""]).encode()
+        [
+            "Metadata-Version: 2.1",
+            f"Name: {dist}",
+            f"Version: {version}",
+            f"License: {meta.license}",
+            "Requires-Python: >=3.10",
+            *[f"Requires-Dist: {r}" for r in requires],
+            f"Summary: {meta.name} kernel, build variant {variant_dir.name} ({meta.id})",
+            "",
+        ]
+    ).encode()
     files[f"{info}/WHEEL"] = "\n".join(
-        ["Wheel-Version: 1.0", f"Generator: hubkernels {__version__}", "Root-Is-Purelib: false",
-         f"Tag: {wheel_tag(variant, manylinux)}", ""]).encode()
+        [
+            "Wheel-Version: 1.0",
+            f"Generator: hubkernels {__version__}",
+            "Root-Is-Purelib: false",
+            f"Tag: {wheel_tag(variant, manylinux)}",
+            "",
+        ]
+    ).encode()
     files[f"{info}/{VARIANT_RECORD}"] = f"{variant_dir.name}\n".encode()  # get_local_kernel(installed package)
     if wv is not None:
         files[f"{info}/variant.json"] = (json.dumps(variant_json([wv]), indent=2, sort_keys=True) + "\n").encode()

@@ -26,8 +26,10 @@ REPO = "hubkernels/ltx-kernels"
 
 
 def so_hashes() -> dict[str, str]:
-    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-            for p in sorted((ROOT / "build").glob("torch-*/*.so"))}
+    return {
+        str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+        for p in sorted((ROOT / "build").glob("torch-*/*.so"))
+    }
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: int) -> int:
@@ -67,11 +69,38 @@ def main() -> int:
             rc |= run([sys.executable, "-c", code], env, 300)
         if "tests" in args.steps:
             tenv = {**env, "HUBKERNELS_TEST_PUBLISHED_BUILD": "1"}
-            rc |= run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                       "tests/test_ltx_kernels.py"], tenv, 540)
+            rc |= run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-m",
+                    "gpu",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    "tests/test_ltx_kernels.py",
+                ],
+                tenv,
+                540,
+            )
         if "e2e" in args.steps:
-            rc |= run([sys.executable, "scripts/ltx_e2e.py", "--repo", REPO, "--warmup", "5", "--iters",
-                       str(args.iters), "--modes", *args.e2e_modes], env, 540)
+            rc |= run(
+                [
+                    sys.executable,
+                    "scripts/ltx_e2e.py",
+                    "--repo",
+                    REPO,
+                    "--warmup",
+                    "5",
+                    "--iters",
+                    str(args.iters),
+                    "--modes",
+                    *args.e2e_modes,
+                ],
+                env,
+                540,
+            )
     finally:
         hub.stop()
     after = so_hashes()

@@ -25,11 +25,12 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "benchmarks")]
+from ltx_e2e import LTX_2B  # noqa: E402
+from ltx_forward import build_ltx, ltx_inputs  # noqa: E402
+
 import hubkernels  # noqa: E402
 from hubkernels.integrations import diffusers as hd  # noqa: E402
-from ltx_forward import build_ltx, ltx_inputs  # noqa: E402
 from hubkernels.layers import Mode  # noqa: E402
-from ltx_e2e import LTX_2B  # noqa: E402
 
 SLEEP_CYCLES = 4_000_000  # ~2 ms at H200 clocks: a marker between profiled forwards
 
@@ -47,9 +48,17 @@ def timed(fn, iters: int) -> list[float]:
 
 
 def sample_clocks(path: Path) -> subprocess.Popen:
-    return subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,"
-                             "clocks_event_reasons.active", "--format=csv,noheader", "-lms", "50"],
-                            stdout=path.open("w"), stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            "nvidia-smi",
+            "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active",
+            "--format=csv,noheader",
+            "-lms",
+            "50",
+        ],
+        stdout=path.open("w"),
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def trace_forwards(fn, n: int) -> list[list[dict]]:
@@ -66,8 +75,7 @@ def trace_forwards(fn, n: int) -> list[list[dict]]:
     events = json.loads(Path(path).read_text())["traceEvents"]
     os.unlink(path)
     device_cats = ("kernel", "gpu_memset", "gpu_memcpy")
-    device = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in device_cats),
-                    key=lambda e: e["ts"])
+    device = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in device_cats), key=lambda e: e["ts"])
     forwards: list[list[dict]] = []
     current: list[dict] = []
     for e in device:
@@ -114,7 +122,10 @@ def analyse(events: list[dict], top: int = 15) -> dict:
     for e in events:
         kernels[short(e["name"])] += e["dur"]
     return {
-        "events": len(events), "busy_ms": busy / 1e3, "span_ms": span / 1e3, "idle_ms": idle / 1e3,
+        "events": len(events),
+        "busy_ms": busy / 1e3,
+        "span_ms": span / 1e3,
+        "idle_ms": idle / 1e3,
         "gap_histogram": dict(hist),
         "idle_before_ms": {k: round(v / 1e3, 3) for k, v in by_next.most_common(top)},
         "idle_after_ms": {k: round(v / 1e3, 3) for k, v in by_prev.most_common(top)},
@@ -175,18 +186,25 @@ def main() -> None:
             sampler = sample_clocks(out / f"clocks_{mode.replace('+', '_')}.csv")
             times = timed(fn, args.iters)
             sampler.terminate()
-            entry = {"wall_median_ms": statistics.median(times), "wall_min_ms": min(times),
-                     "forwards": [analyse(f) for f in trace_forwards(fn, args.traced)]}
+            entry = {
+                "wall_median_ms": statistics.median(times),
+                "wall_min_ms": min(times),
+                "forwards": [analyse(f) for f in trace_forwards(fn, args.traced)],
+            }
             if args.graph and not mode.startswith("compile"):
                 entry["cuda_graph"] = graph_replay(fn, args.iters)
             report[mode] = entry
             f0 = entry["forwards"][0]
-            print(f"== {mode}: wall median {entry['wall_median_ms']:.2f} ms (min {entry['wall_min_ms']:.2f}); "
-                  f"traced: busy {f0['busy_ms']:.2f} span {f0['span_ms']:.2f} idle {f0['idle_ms']:.2f} ms over "
-                  f"{f0['events']} events; gaps {f0['gap_histogram']}")
+            print(
+                f"== {mode}: wall median {entry['wall_median_ms']:.2f} ms (min {entry['wall_min_ms']:.2f}); "
+                f"traced: busy {f0['busy_ms']:.2f} span {f0['span_ms']:.2f} idle {f0['idle_ms']:.2f} ms over "
+                f"{f0['events']} events; gaps {f0['gap_histogram']}"
+            )
             for f in entry["forwards"][1:]:
-                print(f"   another traced forward: busy {f['busy_ms']:.2f} span {f['span_ms']:.2f} "
-                      f"idle {f['idle_ms']:.2f}")
+                print(
+                    f"   another traced forward: busy {f['busy_ms']:.2f} span {f['span_ms']:.2f} "
+                    f"idle {f['idle_ms']:.2f}"
+                )
             if "cuda_graph" in entry:
                 print(f"   CUDA graph replay: {entry['cuda_graph']}")
             print("   idle before (ms):", json.dumps(f0["idle_before_ms"]))

@@ -26,8 +26,11 @@ def main(argv: list[str]) -> int:
         log = Path(tmp) / "records.jsonl"
         env = {**os.environ, "HUBKERNELS_RELIABILITY_LOG": str(log)}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        status = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reliability",
-                                  *argv], cwd=ROOT, env=env)
+        status = subprocess.call(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reliability", *argv],
+            cwd=ROOT,
+            env=env,
+        )
         records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     table = render(records)
     print(table)
@@ -35,8 +38,10 @@ def main(argv: list[str]) -> int:
         "# Reliability suite\n\n"
         "What `tests/reliability/` tried on its last recorded run, one row per test (figures are that run's).\n\n"
         f"Run with `{COMMAND}` at commit {_commit()} on {_machine()}.\n\n"
-        + table + f"\n\nRe-run everything and rewrite this file with `{COMMAND}`; one row with the command in its "
-        "last column.\n")
+        + table
+        + f"\n\nRe-run everything and rewrite this file with `{COMMAND}`; one row with the command in its "
+        "last column.\n"
+    )
     return status
 
 
@@ -49,11 +54,15 @@ def _commit() -> str:
 
 def _machine() -> str:
     info = Path("/proc/cpuinfo")
-    models = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.exists() else [])
-              if line.startswith("model name")]
+    models = [
+        line.split(":", 1)[1].strip()
+        for line in (info.read_text().splitlines() if info.exists() else [])
+        if line.startswith("model name")
+    ]
     cpu = models[0] if models else platform.processor()
-    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), " \
-        f"Python {platform.python_version()}"
+    return (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}"
+    )
 
 
 def render(records: list[dict]) -> str:
@@ -61,11 +70,14 @@ def render(records: list[dict]) -> str:
     rows = ["| test | cases | failures | seed / figures | command |", "|---|---:|---:|---|---|"]
     for r in records:
         figures = {k: v for k, v in r.items() if k not in ("test", "cases", "failures", "seed")}
-        shown = ([f"seed {r['seed']}"] if r.get("seed") is not None else []) + \
-            [f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in figures.items()]
+        shown = ([f"seed {r['seed']}"] if r.get("seed") is not None else []) + [
+            f"{k}={json.dumps(v) if isinstance(v, (dict, list)) else v}" for k, v in figures.items()
+        ]
         name = r["test"].split("::", 1)[1] if "::" in r["test"] else r["test"]
-        rows.append(f"| {name} | {r['cases']} | {r['failures']} | {'; '.join(shown).replace('|', '/') or '-'} "
-                    f"| `pytest '{r['test']}'` |")
+        rows.append(
+            f"| {name} | {r['cases']} | {r['failures']} | {'; '.join(shown).replace('|', '/') or '-'} "
+            f"| `pytest '{r['test']}'` |"
+        )
     total_cases = sum(r["cases"] for r in records)
     total_failures = sum(r["failures"] for r in records)
     rows.append(f"| **all {len(records)} records** | **{total_cases}** | **{total_failures}** | | `{COMMAND}` |")

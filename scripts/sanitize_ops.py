@@ -13,9 +13,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "benchmarks")]
-import hubkernels  # noqa: E402
 import ltx_reference  # noqa: E402  (the float64 references of the tests)
 from benchmark_ops import LtxOps, rope_freqs  # noqa: E402  (the op benchmarks' formulas)
+
+import hubkernels  # noqa: E402
 from hubkernels.bench import reference  # noqa: E402
 
 
@@ -41,35 +42,49 @@ def main() -> int:
             checks = {
                 "rms_norm": (k.rms_norm(x, None, 1e-6), _reference("rms_norm", (x,))),
                 "rms_norm_weight": (k.rms_norm(x, w, 1e-5), _reference("rms_norm_weight", (x, w))),
-                "rms_norm_modulate": (k.rms_norm_modulate(x, scale, shift, None, 1e-6),
-                                      _reference("rms_norm_modulate", (x, scale, shift))),
-                "rms_norm_modulate_tok": (k.rms_norm_modulate(x, per_tok, per_tok, None, 1e-6),
-                                          _reference("rms_norm_modulate", (x, per_tok, per_tok))),
-                "rope_interleaved_qk": (k.rope_interleaved_qk(x, y, cos, sin),
-                                        _reference("rope_interleaved_qk", (x, y, cos, sin))),
+                "rms_norm_modulate": (
+                    k.rms_norm_modulate(x, scale, shift, None, 1e-6),
+                    _reference("rms_norm_modulate", (x, scale, shift)),
+                ),
+                "rms_norm_modulate_tok": (
+                    k.rms_norm_modulate(x, per_tok, per_tok, None, 1e-6),
+                    _reference("rms_norm_modulate", (x, per_tok, per_tok)),
+                ),
+                "rope_interleaved_qk": (
+                    k.rope_interleaved_qk(x, y, cos, sin),
+                    _reference("rope_interleaved_qk", (x, y, cos, sin)),
+                ),
                 "gelu_tanh": (k.gelu_tanh(x), _reference("gelu_tanh", (x,))),
                 "gated_residual": (k.gated_residual(x, y, gate), _reference("gated_residual", (x, y, gate))),
-                "qk_rms_norm_rope": (k.qk_rms_norm_rope(x, y, w, w, cos, sin, 1e-5),
-                                     _reference("qk_rms_norm_rope", (x, y, w, w, cos, sin))),
+                "qk_rms_norm_rope": (
+                    k.qk_rms_norm_rope(x, y, w, w, cos, sin, 1e-5),
+                    _reference("qk_rms_norm_rope", (x, y, w, w, cos, sin)),
+                ),
             }
             if hasattr(k, "add_rms_norm_modulate"):
-                checks["add_rms_norm_modulate"] = (k.add_rms_norm_modulate(x, y, scale, shift, None, None, 1e-6),
-                                                   ltx_reference.add_rms_norm_modulate(x, y, scale, shift))
+                checks["add_rms_norm_modulate"] = (
+                    k.add_rms_norm_modulate(x, y, scale, shift, None, None, 1e-6),
+                    ltx_reference.add_rms_norm_modulate(x, y, scale, shift),
+                )
                 checks["add_rms_norm_modulate_gate"] = (
                     k.add_rms_norm_modulate(x, y, per_tok, per_tok, per_tok, w, 1e-6),
-                    ltx_reference.add_rms_norm_modulate(x, y, per_tok, per_tok, per_tok, w))
+                    ltx_reference.add_rms_norm_modulate(x, y, per_tok, per_tok, per_tok, w),
+                )
             if hasattr(k, "qk_rms_norm_rope_grid"):
                 pos = torch.rand(B, S, 3, device=dev) * 3 - 1
                 freqs = rope_freqs(D, 10000.0, torch.device(dev))
                 checks["qk_rms_norm_rope_grid"] = (
                     k.qk_rms_norm_rope_grid(x, y, w, w, pos, freqs, 1e-5),
-                    ltx_reference.qk_rms_norm_rope(x, y, w, w, *ltx_reference.rope_tables(pos, freqs, D)))
+                    ltx_reference.qk_rms_norm_rope(x, y, w, w, *ltx_reference.rope_tables(pos, freqs, D)),
+                )
             torch.cuda.synchronize()
             tol = 1e-5 if dtype == torch.float32 else 1e-2
             for name, (out, ref) in checks.items():
                 outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
-                err = max(float((o.double() - r_.double()).norm() / r_.double().norm().clamp_min(1e-30))
-                          for o, r_ in zip(outs, refs))
+                err = max(
+                    float((o.double() - r_.double()).norm() / r_.double().norm().clamp_min(1e-30))
+                    for o, r_ in zip(outs, refs)
+                )
                 ok = err < tol
                 failures += not ok
                 print(f"{name:24} {str(dtype):15} D={D:5} rel err {err:.2e} {'ok' if ok else 'FAIL'}")

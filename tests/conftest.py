@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hubfixture import TEST_TOKEN, free_port  # noqa: E402  (imports neither huggingface_hub nor hubkernels)
 
-
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="hubkernels-tests-"))
 HUB_PORT = free_port()
 os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{HUB_PORT}"

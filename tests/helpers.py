@@ -19,21 +19,33 @@ ROOT = Path(__file__).resolve().parent.parent
 VERIFY_CI_TOLERANCE = "3.0"
 
 
-def make_kernel(root: Path, *, version: int = 1, value: int = 1, backends: tuple[str, ...] = ("cpu",),
-                repo_id: str | None = None, extra_files: dict[str, str] | None = None) -> Path:
+def make_kernel(
+    root: Path,
+    *,
+    version: int = 1,
+    value: int = 1,
+    backends: tuple[str, ...] = ("cpu",),
+    repo_id: str | None = None,
+    extra_files: dict[str, str] | None = None,
+) -> Path:
     """Write and build `tiny-act` (noarch: `double(x)`, `VALUE`) at `root`; returns root. Builds torch-<backend>."""
     pkg = root / "torch-ext" / "tiny_act"
     pkg.mkdir(parents=True, exist_ok=True)
     hub = f'\n[general.hub]\nrepo-id = "{repo_id}"\n' if repo_id else ""
-    (root / "build.toml").write_text(textwrap.dedent(f"""\
+    (root / "build.toml").write_text(
+        textwrap.dedent(f"""\
         [general]
         name = "tiny-act"
         version = {version}
         edition = 5
         license = "Apache-2.0"
         backends = ["cpu", "cuda"]
-        """) + hub + "\n[torch-noarch]\n")
-    (pkg / "__init__.py").write_text(textwrap.dedent(f'''\
+        """)
+        + hub
+        + "\n[torch-noarch]\n"
+    )
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent(f'''\
         """tiny-act: a one-function kernel for loader tests."""
         import torch
 
@@ -44,7 +56,8 @@ def make_kernel(root: Path, *, version: int = 1, value: int = 1, backends: tuple
         def double(x: torch.Tensor) -> torch.Tensor:
             """Twice x, computed the slow way."""
             return x * 2
-        '''))
+        ''')
+    )
     for name, text in (extra_files or {}).items():
         (pkg / name).write_text(text)
     for backend in backends:
@@ -73,8 +86,9 @@ def api_requests(hub) -> list[tuple[str, str]]:
 def run_python(code: str, cache: Path, **env: str) -> subprocess.CompletedProcess:
     """Run `code` in a new interpreter with the test session's Hub environment and `cache` as HF_HUB_CACHE."""
     full = {**os.environ, "HF_HUB_CACHE": str(cache), **env}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=full, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=full, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
@@ -83,8 +97,11 @@ def remote_files(repo_id: str, revision: str) -> dict[str, str]:
     """{path: blob id} of every file of a kernel repo at `revision`."""
     from huggingface_hub import HfApi, RepoFile
 
-    return {f.path: f.blob_id for f in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision,
-                                                                repo_type="kernel") if isinstance(f, RepoFile)}
+    return {
+        f.path: f.blob_id
+        for f in HfApi().list_repo_tree(repo_id, recursive=True, revision=revision, repo_type="kernel")
+        if isinstance(f, RepoFile)
+    }
 
 
 DEPS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "deps"

@@ -19,8 +19,20 @@ if TYPE_CHECKING:
 TEST_USER = "local-user"
 TEST_TOKEN = "hf_local_test_token"
 """The suite's HF_TOKEN: a write token of `TEST_USER`, a member of `TEST_ORGS`."""
-TEST_ORGS = ("hubkernels", "org", "someone", "someone-else", "trusted-later", "trusted-org", "skill-test", "acme",
-             "kernels-test", "other", "evilorg", "my-org")
+TEST_ORGS = (
+    "hubkernels",
+    "org",
+    "someone",
+    "someone-else",
+    "trusted-later",
+    "trusted-org",
+    "skill-test",
+    "acme",
+    "kernels-test",
+    "other",
+    "evilorg",
+    "my-org",
+)
 """The organizations tests publish to; a test that publishes under a new organization adds it here."""
 ADMIN_TOKEN = "hf_local_admin_token"
 """An admin token (no write rights) for the test-mode control routes ``/_hubkernels/...``."""
@@ -30,8 +42,7 @@ def test_tokens() -> list:
     """The tokens every test hub knows: `TEST_TOKEN` (write) and `ADMIN_TOKEN`."""
     from hubkernels.server import TokenSpec
 
-    return [TokenSpec(TEST_TOKEN, TEST_USER, TEST_ORGS, write=True),
-            TokenSpec(ADMIN_TOKEN, "hub-admin", admin=True)]
+    return [TokenSpec(TEST_TOKEN, TEST_USER, TEST_ORGS, write=True), TokenSpec(ADMIN_TOKEN, "hub-admin", admin=True)]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -55,8 +66,9 @@ def client_env(url: str, home: Path) -> dict[str, str]:
     }
 
 
-def start_hub(tmp_root: Path, *, trusted_orgs: Iterable[str] = (), port: int = 0,
-              lfs_threshold: int | None = 1024, **options) -> BackgroundHub:
+def start_hub(
+    tmp_root: Path, *, trusted_orgs: Iterable[str] = (), port: int = 0, lfs_threshold: int | None = 1024, **options
+) -> BackgroundHub:
     """A started hub in test mode storing its repositories under ``tmp_root``, knowing `test_tokens`; call
     ``.stop()`` when done. ``options`` go to ``BackgroundHub`` (``limits=``, ``tokens=`` ...)."""
     from hubkernels.server import BackgroundHub
@@ -64,8 +76,7 @@ def start_hub(tmp_root: Path, *, trusted_orgs: Iterable[str] = (), port: int = 0
     Path(tmp_root).mkdir(parents=True, exist_ok=True)
     options.setdefault("tokens", test_tokens())
     options.setdefault("test_mode", True)
-    return BackgroundHub(Path(tmp_root), port=port, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold,
-                         **options)
+    return BackgroundHub(Path(tmp_root), port=port, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold, **options)
 
 
 def start_hub_with_env(base: Path, *, trusted_orgs: Iterable[str] = ()) -> BackgroundHub:

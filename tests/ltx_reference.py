@@ -52,15 +52,22 @@ def rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor] = None, eps: float 
     return out * _f64(weight) if weight is not None else out
 
 
-def rms_norm_modulate(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
-                      weight: Optional[torch.Tensor] = None, eps: float = 1e-6) -> torch.Tensor:
+def rms_norm_modulate(
+    x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, weight: Optional[torch.Tensor] = None, eps: float = 1e-6
+) -> torch.Tensor:
     """rms_norm(x, weight) * (1 + scale) + shift, scale/shift broadcast over tokens ([B,1,D]) or not."""
     return rms_norm(x, weight, eps) * (1 + _f64(scale)) + _f64(shift)
 
 
-def add_rms_norm_modulate(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
-                          gate: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
-                          eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm_modulate(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    gate: Optional[torch.Tensor] = None,
+    weight: Optional[torch.Tensor] = None,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(h, out): h = x + y (* gate), and rms_norm_modulate of h rounded to x's dtype, as the op returns
     h in x's dtype and normalises that rounded h."""
     h = _f64(x) + (_f64(y) * _f64(gate) if gate is not None else _f64(y))
@@ -75,8 +82,9 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * _f64(cos) + rotated * _f64(sin)
 
 
-def rope_interleaved_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
-                        sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_interleaved_qk(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(rope(q), rope(k)) with out = x*cos + rot(x)*sin, rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i]."""
     return _rope(q, cos, sin), _rope(k, cos, sin)
 
@@ -92,8 +100,15 @@ def gated_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torc
     return _f64(x) + _f64(y) * _f64(gate)
 
 
-def qk_rms_norm_rope(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Tensor, weight_k: torch.Tensor,
-                     cos: torch.Tensor, sin: torch.Tensor, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor]:
+def qk_rms_norm_rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weight_q: torch.Tensor,
+    weight_k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float = 1e-5,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """rope(rms_norm(q, weight_q)), rope(rms_norm(k, weight_k)), without rounding in between."""
     return _rope(rms_norm(q, weight_q, eps), cos, sin), _rope(rms_norm(k, weight_k, eps), cos, sin)
 
@@ -114,6 +129,7 @@ def rope_tables(pos: torch.Tensor, freqs: torch.Tensor, dim: int) -> tuple[torch
 
 def rope_freqs(dim: int, theta: float, device: torch.device) -> torch.Tensor:
     """diffusers' LTX-Video per-axis RoPE frequencies (pi/2 included), float32 [dim // 6]."""
-    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device,
-                                    dtype=torch.float32)
+    freqs = theta ** torch.linspace(
+        math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device, dtype=torch.float32
+    )
     return freqs * math.pi / 2.0

@@ -13,28 +13,63 @@ from typing import Any, Optional
 import torch
 
 #: The tiny config of the tests; the real LTX-Video 2B is LTX_2B_CONFIG.
-TINY_CONFIG: dict[str, Any] = dict(in_channels=8, out_channels=8, num_attention_heads=4, attention_head_dim=32,
-                                   cross_attention_dim=128, caption_channels=64, num_layers=2)
-LTX_2B_CONFIG: dict[str, Any] = dict(in_channels=128, out_channels=128, num_attention_heads=32, attention_head_dim=64,
-                                     cross_attention_dim=2048, caption_channels=4096, num_layers=28)
+TINY_CONFIG: dict[str, Any] = dict(
+    in_channels=8,
+    out_channels=8,
+    num_attention_heads=4,
+    attention_head_dim=32,
+    cross_attention_dim=128,
+    caption_channels=64,
+    num_layers=2,
+)
+LTX_2B_CONFIG: dict[str, Any] = dict(
+    in_channels=128,
+    out_channels=128,
+    num_attention_heads=32,
+    attention_head_dim=64,
+    cross_attention_dim=2048,
+    caption_channels=4096,
+    num_layers=28,
+)
 #: (latent frames, height, width) of the tests' video: 2 x 4 x 6 = 48 tokens.
 TINY_TOKENS = (2, 4, 6)
 
 
-def tiny_ltx(config: Optional[dict[str, Any]] = None, *, dtype: torch.dtype = torch.float32,
-             device: str | torch.device = "cpu", seed: int = 0):
+def tiny_ltx(
+    config: Optional[dict[str, Any]] = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+):
     """An LTXVideoTransformer3DModel with seeded random weights (strong AdaLN tables, non-unit q/k norm
     weights, so they matter in comparisons), in eval mode."""
     return ltx_forward().build_ltx(config or TINY_CONFIG, dtype=dtype, device=device, seed=seed)
 
 
-def ltx_inputs(config: Optional[dict[str, Any]] = None, *, batch: int = 2, tokens: tuple[int, int, int] = TINY_TOKENS,
-               text_len: int = 16, per_token_timesteps: bool = False, dtype: torch.dtype = torch.float32,
-               device: str | torch.device = "cpu", seed: int = 1) -> dict[str, Any]:
+def ltx_inputs(
+    config: Optional[dict[str, Any]] = None,
+    *,
+    batch: int = 2,
+    tokens: tuple[int, int, int] = TINY_TOKENS,
+    text_len: int = 16,
+    per_token_timesteps: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: int = 1,
+) -> dict[str, Any]:
     """Keyword arguments for the transformer's forward (return_dict=False): text-to-video (timestep [B]) or,
     with per_token_timesteps, timestep [B, S] as LTXConditionPipeline passes it; see ltx_forward.ltx_inputs."""
-    return ltx_forward().ltx_inputs(config or TINY_CONFIG, batch=batch, tokens_shape=tokens, text_len=text_len,
-                        per_token_timesteps=per_token_timesteps, dtype=dtype, device=device, seed=seed)
+    return ltx_forward().ltx_inputs(
+        config or TINY_CONFIG,
+        batch=batch,
+        tokens_shape=tokens,
+        text_len=text_len,
+        per_token_timesteps=per_token_timesteps,
+        dtype=dtype,
+        device=device,
+        seed=seed,
+    )
 
 
 def ltx_forward():

@@ -24,9 +24,17 @@ def test_bench_times_every_declared_op_beside_its_peers(ltx):
     by_op: dict[str, dict[str, bench.Row]] = {}
     for row in report.rows:
         by_op.setdefault(row.op, {})[row.impl] = row
-    assert set(by_op) == {"rms_norm", "rms_norm_modulate", "rms_norm_weight", "add_rms_norm_modulate",
-                          "rope_interleaved_qk", "gelu_tanh", "gated_residual", "qk_rms_norm_rope",
-                          "qk_rms_norm_rope_grid"}
+    assert set(by_op) == {
+        "rms_norm",
+        "rms_norm_modulate",
+        "rms_norm_weight",
+        "add_rms_norm_modulate",
+        "rope_interleaved_qk",
+        "gelu_tanh",
+        "gated_residual",
+        "qk_rms_norm_rope",
+        "qk_rms_norm_rope_grid",
+    }
     assert set(by_op["rms_norm"]) == {"ours", "eager", "F.rms_norm"}
     assert set(by_op["rms_norm_weight"]) == {"ours", "F.rms_norm"}  # torch.nn.RMSNorm's eager is F.rms_norm
     for op, impls in by_op.items():
@@ -41,24 +49,68 @@ def test_bench_times_every_declared_op_beside_its_peers(ltx):
 
 def test_bench_cli_writes_the_table_and_json(ltx, tmp_path, capsys):
     out = tmp_path / "ops.json"
-    rc = main(["bench", "--device", "cpu", "--dtype", "bf16", "--tokens", "24", "--hidden", "64", "--ff", "128",
-               "--warmup", "1", "--iters", "3", "--no-compile", "--ops", "rms_norm_modulate", "gelu_tanh",
-               "--output", str(out)])
+    rc = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--dtype",
+            "bf16",
+            "--tokens",
+            "24",
+            "--hidden",
+            "64",
+            "--ff",
+            "128",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+            "--no-compile",
+            "--ops",
+            "rms_norm_modulate",
+            "gelu_tanh",
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0
     table = capsys.readouterr().out
     assert "rms_norm_modulate      ours" in table and "gelu_tanh              eager" in table
     data = json.loads(out.read_text())
     assert [(r["op"], r["impl"]) for r in data["rows"]] == [
-        ("rms_norm_modulate", "ours"), ("rms_norm_modulate", "eager"), ("gelu_tanh", "ours"), ("gelu_tanh", "eager")]
+        ("rms_norm_modulate", "ours"),
+        ("rms_norm_modulate", "eager"),
+        ("gelu_tanh", "ours"),
+        ("gelu_tanh", "eager"),
+    ]
     assert all(r["max_rel_err"] < 1e-2 for r in data["rows"])  # bf16 rounding
     assert data["dtype"] == "bfloat16" and data["argv"]
 
 
-@pytest.mark.parametrize("ops, says", [(["rms_norm", "layer_norm"], "no bench for layer_norm; choose from rms_norm"),
-                                       (["rope"], "no bench for rope")])
+@pytest.mark.parametrize(
+    "ops, says",
+    [(["rms_norm", "layer_norm"], "no bench for layer_norm; choose from rms_norm"), (["rope"], "no bench for rope")],
+)
 def test_bench_names_an_unknown_op_in_one_line(ltx, capsys, ops, says):
-    rc = main(["bench", "--device", "cpu", "--tokens", "8", "--hidden", "16", "--iters", "1", "--warmup", "0",
-               "--no-compile", "--ops", *ops])
+    rc = main(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--tokens",
+            "8",
+            "--hidden",
+            "16",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--no-compile",
+            "--ops",
+            *ops,
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and says in err and err.count("\n") == 1 and "Traceback" not in err
 
@@ -85,10 +137,27 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
         "    def benchmark_gelu_tanh(self, x):\n"
         "        return self.kernel.gelu_tanh(x)\n\n"
         "    def verify_gelu_tanh(self, x):\n"
-        "        return torch.nn.functional.gelu(x, approximate='tanh')\n")
+        "        return torch.nn.functional.gelu(x, approximate='tanh')\n"
+    )
     out = tmp_path / "gelu.json"
-    rc = main(["bench", str(tmp_path), "--kernel", str(ROOT), "--device", "cpu", "--dtype", "fp32", "--warmup", "1",
-               "--iters", "3", "--output", str(out)])
+    rc = main(
+        [
+            "bench",
+            str(tmp_path),
+            "--kernel",
+            str(ROOT),
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+            "--warmup",
+            "1",
+            "--iters",
+            "3",
+            "--output",
+            str(out),
+        ]
+    )
     assert rc == 0
     data = json.loads(out.read_text())
     assert [r["impl"] for r in data["rows"]] == ["ours", "eager", "tanh formula", "torch.compile"]

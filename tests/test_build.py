@@ -45,8 +45,17 @@ def test_variant_layout_and_metadata(mini_build) -> None:
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["__init__.py", "util.py", "_ops.py", "metadata.json", f"{mini_build.id}.abi3.so"])
     meta = json.loads((out / "metadata.json").read_text())
-    assert list(meta) == ["name", "id", "version", "license", "python-depends", "kernel-depends", "backend",
-                          "digest", "provenance"]
+    assert list(meta) == [
+        "name",
+        "id",
+        "version",
+        "license",
+        "python-depends",
+        "kernel-depends",
+        "backend",
+        "digest",
+        "provenance",
+    ]
     assert meta["name"] == "mini-relu" and meta["id"] == mini_build.id and meta["version"] == 1
     assert meta["backend"] == {"type": "cpu"} and meta["license"] == "Apache-2.0"
     assert re.fullmatch(r"[0-9a-f]{40}", meta["provenance"]["kernel"]["commit"])
@@ -129,8 +138,9 @@ def test_cli_build_and_variants(mini_build) -> None:
     out = subprocess.run([sys.executable, "-m", "hubkernels", "variants", str(MINI)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert f"chosen   {mini_build.path.name}" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "hubkernels", "build", "--backend", "cuda", str(MINI)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "hubkernels", "build", "--backend", "cuda", str(MINI)], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "cuda" in bad.stderr
 
 
@@ -142,18 +152,24 @@ def test_built_module_passes_abi_checks(mini_build) -> None:
 
 
 def test_variant_wheel_installs_and_runs(mini_build, tmp_path: Path) -> None:
-    from hubkernels.wheel import build_wheel
-
-    from hubkernels.wheel import plain_name
+    from hubkernels.wheel import build_wheel, plain_name
 
     labelled = build_wheel(mini_build.path, tmp_path / "dist")
     major, minor = System.current().torch_version
     assert labelled.name == f"mini_relu-1-cp310-abi3-manylinux_2_28_x86_64-torch{major}{minor}_cpu.whl"
     whl = labelled.rename(labelled.with_name(plain_name(labelled.name)))  # what an installer without variants takes
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(whl)],
-                   check=True)
-    code = "import torch, mini_relu; x = torch.randn(9); assert torch.equal(mini_relu.relu(x), x.clamp_min(0)); print('ok')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**__import__("os").environ,
-                         "PYTHONPATH": str(site)})
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(whl)], check=True
+    )
+    code = (
+        "import torch, mini_relu; x = torch.randn(9); "
+        "assert torch.equal(mini_relu.relu(x), x.clamp_min(0)); print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(site)},
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

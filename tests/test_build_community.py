@@ -44,8 +44,9 @@ def built(name: str) -> BuildResult:
 
 def _functions_using(so: Path, pattern: re.Pattern[str]) -> set[str]:
     """The (mangled) functions of `so` whose disassembly matches `pattern`."""
-    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so)], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", str(so)], capture_output=True, text=True, check=True
+    ).stdout
     found: set[str] = set()
     current = ""
     for line in out.splitlines():
@@ -58,10 +59,10 @@ def _functions_using(so: Path, pattern: re.Pattern[str]) -> set[str]:
 
 
 def _defined_functions(objects: list[Path]) -> set[str]:
-    out = subprocess.run(["nm", "--defined-only", *map(str, objects)], capture_output=True, text=True,
-                         check=True).stdout
-    return {parts[2] for parts in (line.split() for line in out.splitlines())
-            if len(parts) == 3 and parts[1] in "TtWw"}
+    out = subprocess.run(
+        ["nm", "--defined-only", *map(str, objects)], capture_output=True, text=True, check=True
+    ).stdout
+    return {parts[2] for parts in (line.split() for line in out.splitlines()) if len(parts) == 3 and parts[1] in "TtWw"}
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
@@ -70,8 +71,9 @@ def test_avx512_code_is_only_in_the_avx512_kernel() -> None:
     so = result.path / f"{result.id}.abi3.so"
     objects = COMMUNITY / "axpy-dispatch" / "_build" / result.path.name / "obj"
     avx512_functions = _defined_functions(sorted((objects / "kernel-axpy_cpu_avx512").rglob("*.o")))
-    baseline_functions = _defined_functions(sorted(o for group in ("torch-binding", "kernel-axpy_cpu")
-                                                   for o in (objects / group).rglob("*.o")))
+    baseline_functions = _defined_functions(
+        sorted(o for group in ("torch-binding", "kernel-axpy_cpu") for o in (objects / group).rglob("*.o"))
+    )
     assert any("axpy_avx512" in f for f in avx512_functions)
     wide = _functions_using(so, _BEYOND_BASELINE)
     assert wide and any("axpy_avx512" in f for f in _functions_using(so, _AVX512))
@@ -89,8 +91,9 @@ def test_dispatching_op_matches_torch_on_this_cpu() -> None:
 
 
 @pytest.mark.slow
-def test_a_rebuild_recompiles_only_the_changed_kernels_sources(tmp_path: Path,
-                                                               capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_rebuild_recompiles_only_the_changed_kernels_sources(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     root = _copy("axpy-dispatch", tmp_path)
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "kernel"]):
@@ -121,8 +124,14 @@ print("ran on", torch.backends.cpu.get_cpu_capability())
 def test_imports_and_runs_on_a_cpu_without_avx512() -> None:
     built("axpy-dispatch")
     code = _ON_HASWELL.format(root=str(COMMUNITY / "axpy-dispatch"))
-    proc = subprocess.run(["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c", code], capture_output=True,
-                          text=True, timeout=600, cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        ["qemu-x86_64", "-cpu", "Haswell", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, f"exit {proc.returncode} under qemu -cpu Haswell: {proc.stderr[-3000:]}"
     assert "ran on AVX2" in proc.stdout
 
@@ -151,8 +160,11 @@ def test_capability_outside_the_toolkit_fails_with_kernel_builders_message(tmp_p
     root = _copy("relu-bad-capability", tmp_path)
     with pytest.raises(BuildError) as info:
         build(root, backend="cuda", quiet=True)
-    assert re.match(r"CUDA kernel: relu_cuda, empty set of capabilities after intersection \(kernel: 99999\.0, "
-                    r"supported: 7\.[05];.*\)", str(info.value)), str(info.value)
+    assert re.match(
+        r"CUDA kernel: relu_cuda, empty set of capabilities after intersection \(kernel: 99999\.0, "
+        r"supported: 7\.[05];.*\)",
+        str(info.value),
+    ), str(info.value)
     assert not list((root / "build").glob("torch*"))  # no variant
 
 
@@ -214,17 +226,24 @@ def test_cuda_kernel_flags_and_capabilities_reach_its_cu_sources_only(tmp_path: 
     # a stable-ABI CUDA build compiles with a CPU torch and nvcc; each source fails to compile unless the
     # kernel's cuda-flags reached it (relu.cu) or did not (the binding)
     root = tmp_path / "relu-torch-stable-abi"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "upstream" / "relu-torch-stable-abi", root,
-                    ignore=shutil.ignore_patterns("build", "_build"))
+    shutil.copytree(
+        Path(__file__).parent / "fixtures" / "upstream" / "relu-torch-stable-abi",
+        root,
+        ignore=shutil.ignore_patterns("build", "_build"),
+    )
     toml = (root / "build.toml").read_text()
     cuda_table = '[kernel.relu]\nbackend = "cuda"\ndepends = ["torch"]\nsrc = ["relu_cuda/relu.cu"]\n'
     assert cuda_table in toml
-    (root / "build.toml").write_text(toml.replace(cuda_table, cuda_table + 'cuda-capabilities = ["8.0", "9.0"]\n'
-                                                  'cuda-flags = ["-DKERNEL_ONLY_FLAG"]\n'))
+    (root / "build.toml").write_text(
+        toml.replace(
+            cuda_table, cuda_table + 'cuda-capabilities = ["8.0", "9.0"]\ncuda-flags = ["-DKERNEL_ONLY_FLAG"]\n'
+        )
+    )
     for rel, guard in (("relu_cuda/relu.cu", "#ifndef"), ("torch-ext/torch_binding.cpp", "#ifdef")):
         path = root / rel
-        path.write_text(f"{guard} KERNEL_ONLY_FLAG\n#error the kernel's cuda-flags went astray\n#endif\n"
-                        + path.read_text())
+        path.write_text(
+            f"{guard} KERNEL_ONLY_FLAG\n#error the kernel's cuda-flags went astray\n#endif\n" + path.read_text()
+        )
     result = build(root, backend="cuda", quiet=True)
     meta = json.loads((result.path / "metadata.json").read_text())
     assert meta["backend"] == {"type": "cuda", "archs": ["8.0", "9.0"]}

@@ -72,8 +72,20 @@ def test_cuda_build_with_a_cpu_only_torch_names_the_fix() -> None:
 
     if torch.version.cuda:
         pytest.skip("this torch is a CUDA build")
-    out = subprocess.run([sys.executable, "-m", "hubkernels", "build", str(Path(__file__).parent / "fixtures" /
-                          "upstream" / "relu"), "--backend", "cuda"], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hubkernels",
+            "build",
+            str(Path(__file__).parent / "fixtures" / "upstream" / "relu"),
+            "--backend",
+            "cuda",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "cpu-only build" in lines[0] and "install a CUDA build of torch" in lines[0]
@@ -88,8 +100,21 @@ def _one_line_error(err: str) -> bool:
 def _case(rng: random.Random, tmp_path: Path, i: int) -> tuple[list[str], dict[str, str], set[int]]:
     """One bad build input: (argv, env, allowed exit statuses)."""
     kernel = mini_copy(tmp_path, f"k{i}")
-    kind = rng.choice(["missing-src", "missing-binding", "missing-package", "backend", "garbage-src",
-                       "compiler", "bad-path", "build-is-file", "jobs", "garbage-toml", "src-is-dir"])
+    kind = rng.choice(
+        [
+            "missing-src",
+            "missing-binding",
+            "missing-package",
+            "backend",
+            "garbage-src",
+            "compiler",
+            "bad-path",
+            "build-is-file",
+            "jobs",
+            "garbage-toml",
+            "src-is-dir",
+        ]
+    )
     if kind == "missing-src":
         (kernel / "mini_cpu" / "relu.cpp").unlink()
         return [str(kernel)], {}, {2}
@@ -118,7 +143,15 @@ def _case(rng: random.Random, tmp_path: Path, i: int) -> tuple[list[str], dict[s
             cc = tmp_path / "no-such-compiler" if choice == "missing" else tmp_path
         return [str(kernel)], {"CXX": str(cc), "CC": str(cc)}, {1, 2}
     if kind == "bad-path":
-        return [rng.choice([str(tmp_path / "nope"), str(kernel / "build.toml" / "x"), "/dev/null", str(kernel / "mini_cpu")])], {}, {2}
+        return (
+            [
+                rng.choice(
+                    [str(tmp_path / "nope"), str(kernel / "build.toml" / "x"), "/dev/null", str(kernel / "mini_cpu")]
+                )
+            ],
+            {},
+            {2},
+        )
     if kind == "build-is-file":
         target = rng.choice(["build", "_build"])
         (kernel / target).write_text("not a directory\n")

@@ -51,8 +51,13 @@ def test_relu_builds_from_torch_h_sources_and_matches_torch() -> None:
     result = built("relu")
     major, minor = System.current().torch_version
     assert result.path.name == f"torch{major}{minor}-cxx11-cpu-x86_64-linux"
-    assert {p.name for p in result.path.iterdir()} >= {"__init__.py", "layers", "_ops.py", "metadata.json",
-                                                       f"{result.id}.abi3.so"}
+    assert {p.name for p in result.path.iterdir()} >= {
+        "__init__.py",
+        "layers",
+        "_ops.py",
+        "metadata.json",
+        f"{result.id}.abi3.so",
+    }
     assert not any("torch_python" in lib for lib in _needed_libraries(_module(result)))
     mod = hubkernels.get_local_kernel(UPSTREAM / "relu")
     x = torch.randn(257, 129)
@@ -84,8 +89,12 @@ def test_extra_data_ships_its_json_and_reads_it() -> None:
 def test_cpp20_symbols_round_trip_every_double() -> None:
     built("cpp20-symbols")
     mod = hubkernels.get_local_kernel(UPSTREAM / "cpp20-symbols")
-    x = torch.cat([torch.randn(500, dtype=torch.float64) * 10.0 ** torch.randint(-300, 300, (500,)),
-                   torch.tensor([0.0, -0.0, 1e-320, 1.7976931348623157e308, 0.1, 1 / 3], dtype=torch.float64)])
+    x = torch.cat(
+        [
+            torch.randn(500, dtype=torch.float64) * 10.0 ** torch.randint(-300, 300, (500,)),
+            torch.tensor([0.0, -0.0, 1e-320, 1.7976931348623157e308, 0.1, 1 / 3], dtype=torch.float64),
+        ]
+    )
     assert torch.equal(mod.chars_roundtrip(x), x)
 
 
@@ -127,8 +136,9 @@ def test_noarch_kernel_builds_every_backend_in_one_run() -> None:
     (g_ref,) = torch.autograd.grad(ref.sum(), x)
     torch.testing.assert_close(g, g_ref)
     kernels = pytest.importorskip("kernels")
-    torch.testing.assert_close(kernels.get_local_kernel(UPSTREAM / "silu-and-mul").silu_and_mul(x.detach()),
-                               ref.detach())
+    torch.testing.assert_close(
+        kernels.get_local_kernel(UPSTREAM / "silu-and-mul").silu_and_mul(x.detach()), ref.detach()
+    )
 
 
 def _cuda_python() -> str | None:
@@ -140,19 +150,32 @@ def _cuda_python() -> str | None:
     return os.environ.get("HUBKERNELS_TEST_CUDA_PYTHON")
 
 
-@pytest.mark.parametrize("name,variant", [("relu", r"torch\d+-cxx11-cu\d+-x86_64-linux"),
-                                          ("extra-data", r"torch\d+-cxx11-cu\d+-x86_64-linux"),
-                                          ("relu-torch-stable-abi", r"torch-stable-abi211-cu\d+-x86_64-linux")])
+@pytest.mark.parametrize(
+    "name,variant",
+    [
+        ("relu", r"torch\d+-cxx11-cu\d+-x86_64-linux"),
+        ("extra-data", r"torch\d+-cxx11-cu\d+-x86_64-linux"),
+        ("relu-torch-stable-abi", r"torch-stable-abi211-cu\d+-x86_64-linux"),
+    ],
+)
 def test_cuda_sources_compile_without_a_gpu(name: str, variant: str) -> None:
     python = _cuda_python()
     if python is None:
-        pytest.skip("needs a CUDA build of torch and nvcc: the installed torch is CPU-only; set "
-                    "HUBKERNELS_TEST_CUDA_PYTHON to a python with a CUDA torch (e.g. a venv with pip install torch)")
+        pytest.skip(
+            "needs a CUDA build of torch and nvcc: the installed torch is CPU-only; set "
+            "HUBKERNELS_TEST_CUDA_PYTHON to a python with a CUDA torch (e.g. a venv with pip install torch)"
+        )
     if shutil.which("nvcc") is None:
         pytest.skip("needs nvcc on PATH (the CUDA toolkit) to compile CUDA sources")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([python, "-m", "hubkernels", "build", str(UPSTREAM / name), "--backend", "cuda"],
-                         capture_output=True, text=True, env=env, timeout=3000, check=False)
+    out = subprocess.run(
+        [python, "-m", "hubkernels", "build", str(UPSTREAM / name), "--backend", "cuda"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3000,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-4000:]
     path = Path(out.stdout.strip().splitlines()[-1])
     assert re.fullmatch(variant, path.name), path.name
@@ -160,7 +183,6 @@ def test_cuda_sources_compile_without_a_gpu(name: str, variant: str) -> None:
     assert meta.backend["type"] == "cuda" and meta.backend["archs"]
     so = path / f"{meta.id}.abi3.so"
     assert so.is_file() and not any("torch_python" in lib for lib in _needed_libraries(so))
-
 
 
 def test_stable_abi_wheel_requires_torch_at_least_its_target(tmp_path: Path) -> None:

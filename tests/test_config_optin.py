@@ -11,11 +11,11 @@ import logging
 
 import pytest
 import torch
+from ltx_tiny import TINY_CONFIG, ltx_inputs, publish_ltx, tiny_ltx
 
 import hubkernels.integrations as hki
 from hubkernels.integrations.config import ConfigEntryError, declare_hub_kernels
 from hubkernels.layers import LocalLayerRepository, kernelized_layers, use_kernel_mapping
-from ltx_tiny import TINY_CONFIG, ltx_inputs, publish_ltx, tiny_ltx
 
 REPO = "hubkernels/ltx-kernels"
 RMSNORM_ENTRY = {"RMSNorm": {"repo_id": REPO, "layer": "LlamaRMSNorm", "version": 1}}
@@ -26,8 +26,16 @@ def llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
 
 
 def author_saves(tmp_path, entries) -> "object":
@@ -72,8 +80,12 @@ def test_a_diffusers_author_names_classes_exactly(tmp_path, hub, ltx_build):
     entries = {
         "diffusers.models.normalization.RMSNorm": {"repo_id": REPO, "layer": "RMSNorm", "version": 1},
         "torch.nn.modules.normalization.RMSNorm": {"repo_id": REPO, "layer": "TorchRMSNorm", "version": 1},
-        "diffusers.models.activations.GELU": {"repo_id": REPO, "layer": "DiffusersGELU", "version": 1,
-                                              "devices": ["cpu", "cuda"]},
+        "diffusers.models.activations.GELU": {
+            "repo_id": REPO,
+            "layer": "DiffusersGELU",
+            "version": 1,
+            "devices": ["cpu", "cuda"],
+        },
     }
     model = tiny_ltx()
     declare_hub_kernels(model, entries)
@@ -89,11 +101,15 @@ def test_a_diffusers_author_names_classes_exactly(tmp_path, hub, ltx_build):
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("entry, expect", [
-    ({"repo_id": "hubkernels/no-such-kernel", "layer": "LlamaRMSNorm", "version": 1}, "no-such-kernel"),
-    ({"repo_id": REPO, "layer": "NoSuchLayer", "version": 1}, "NoSuchLayer"),
-    ({"repo_id": REPO, "layer": "LlamaRMSNorm", "version": 7}, "LayerRepository"),
-], ids=["missing-repo", "missing-layer", "missing-version"])
+@pytest.mark.parametrize(
+    "entry, expect",
+    [
+        ({"repo_id": "hubkernels/no-such-kernel", "layer": "LlamaRMSNorm", "version": 1}, "no-such-kernel"),
+        ({"repo_id": REPO, "layer": "NoSuchLayer", "version": 1}, "NoSuchLayer"),
+        ({"repo_id": REPO, "layer": "LlamaRMSNorm", "version": 7}, "LayerRepository"),
+    ],
+    ids=["missing-repo", "missing-layer", "missing-version"],
+)
 def test_a_broken_entry_warns_and_keeps_the_original_layer(entry, expect, tmp_path, hub, ltx_build, caplog):
     publish_ltx(ltx_build.path, REPO)
     model = author_saves(tmp_path, {"RMSNorm": entry})
@@ -130,8 +146,9 @@ def test_a_config_cannot_grant_trust(tmp_path, hub, ltx_build, caplog):
     model = hki.from_pretrained(LlamaForCausalLM, tmp_path, kernel_trust_remote_code=["someone"])
     assert kinds(model) == {"LlamaRMSNorm": 5}
     with pytest.raises(ConfigEntryError, match="user's decision"):
-        declare_hub_kernels(llama(), {"RMSNorm": {"repo_id": REPO, "layer": "LlamaRMSNorm", "version": 1,
-                                                   "trust_remote_code": True}})
+        declare_hub_kernels(
+            llama(), {"RMSNorm": {"repo_id": REPO, "layer": "LlamaRMSNorm", "version": 1, "trust_remote_code": True}}
+        )
 
 
 def test_a_mapping_registered_in_code_takes_precedence(tmp_path, ltx_build, caplog):
@@ -144,13 +161,16 @@ def test_a_mapping_registered_in_code_takes_precedence(tmp_path, ltx_build, capl
     assert "no-such-kernel" not in caplog.text  # the config entry was never tried
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"repo_id": REPO, "layer": "L", "version": 1, "revision": "main"}, 'exactly one of "version"'),
-    ({"repo_id": "ltx-kernels", "layer": "L", "version": 1}, '"repo_id" must be "org/name"'),
-    ({"repo_id": REPO, "layer": "L", "version": 1, "device": "cuda"}, "unknown fields"),
-    ({"repo_id": REPO, "layer": "L", "version": 1, "devices": ["gpu"]}, '"devices" must be'),
-    ({"repo_id": REPO, "layer": "L", "version": "1"}, '"version" must be a non-negative integer'),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"repo_id": REPO, "layer": "L", "version": 1, "revision": "main"}, 'exactly one of "version"'),
+        ({"repo_id": "ltx-kernels", "layer": "L", "version": 1}, '"repo_id" must be "org/name"'),
+        ({"repo_id": REPO, "layer": "L", "version": 1, "device": "cuda"}, "unknown fields"),
+        ({"repo_id": REPO, "layer": "L", "version": 1, "devices": ["gpu"]}, '"devices" must be'),
+        ({"repo_id": REPO, "layer": "L", "version": "1"}, '"version" must be a non-negative integer'),
+    ],
+)
 def test_declare_checks_entries_and_says_what_to_fix(entry, message):
     with pytest.raises(ConfigEntryError, match=message):
         declare_hub_kernels(llama(), {"RMSNorm": entry})

@@ -28,7 +28,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from cuda_emu import harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,8 +37,17 @@ pytestmark = pytest.mark.slow
 
 # Checks per suite in tests/cuda_emu/cases.cpp: a loop that silently stops running cases fails
 # here. Change these with the cases.
-EXPECTED = {"rms": 163, "mod": 312, "addmod": 818, "gated": 121, "gelu": 55, "rope": 168, "qk": 152, "qkgrid": 158,
-            "empty": 81}
+EXPECTED = {
+    "rms": 163,
+    "mod": 312,
+    "addmod": 818,
+    "gated": 121,
+    "gelu": 55,
+    "rope": 168,
+    "qk": 152,
+    "qkgrid": 158,
+    "empty": 81,
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +88,8 @@ def test_every_kernel_the_launchers_can_pick_ran(runs):
     assert launched, "the binary reported no kernel instantiations"
     assert not never, (
         "kernel instantiations a launcher can pick but no case reached (add a width, dtype or layout "
-        "that selects them to tests/cuda_emu/cases.cpp):\n" + "\n".join(never))
+        "that selects them to tests/cuda_emu/cases.cpp):\n" + "\n".join(never)
+    )
 
 
 # A kernel with the bug, and what the emulation must say about it.

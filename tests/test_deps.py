@@ -12,6 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import DEP_PLACEHOLDER as PLACEHOLDER
+from helpers import api_requests as _api_requests
+from helpers import deps_kernel as _kernel
+from helpers import run_python
 
 import hubkernels
 from hubkernels.errors import KernelLoadError
@@ -20,11 +24,6 @@ from hubkernels.fetch.deps import KernelDependencyError, get_kernel_dep
 from hubkernels.load import loaded_kernels
 from hubkernels.lock import lock
 from hubkernels.publish import upload
-from helpers import DEP_PLACEHOLDER as PLACEHOLDER
-from helpers import api_requests as _api_requests
-from helpers import deps_kernel as _kernel
-from helpers import run_python
-
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,10 @@ def test_get_kernel_dep_outside_a_kernel_import_says_where_to_call_it() -> None:
 
 
 def test_asking_for_an_undeclared_dependency_names_the_declared_ones(pair, tmp_path: Path) -> None:
-    ours = {"from kernels import get_kernel_dep": "from hubkernels import get_kernel_dep",
-            'get_kernel_dep("' + PLACEHOLDER: 'get_kernel_dep("nobody/else'}
+    ours = {
+        "from kernels import get_kernel_dep": "from hubkernels import get_kernel_dep",
+        'get_kernel_dep("' + PLACEHOLDER: 'get_kernel_dep("nobody/else',
+    }
     repo = publish_user(tmp_path, pair.base, extra=ours)
     with pytest.raises(KernelLoadError, match=f"nobody/else is not a dependency .*kernel-depends: {pair.base}"):
         get_kernel(repo, version=1, cache_dir=tmp_path)
@@ -132,11 +133,14 @@ def test_a_lock_pins_the_dependency_too(hub, tmp_path: Path) -> None:
     assert {e.repo_id: e.commit for e in entries}[base] == first
     _, second = publish_base(tmp_path, factor=5, repo_id=base)  # v1 moves on: scale is now 5 * x
     assert second != first
-    locked = run_python(f"""
+    locked = run_python(
+        f"""
         import torch
         from hubkernels.lock import load_locked
         print(load_locked({user!r}, lockfile={str(lockfile)!r}).scale_shift(torch.ones(1)).tolist())
-        """, tmp_path / "a")
+        """,
+        tmp_path / "a",
+    )
     latest = run_python(_OURS_LOAD.format(repo=user, x="torch.ones(1)"), tmp_path / "b")
     assert locked.stdout.strip() == "[4.0]" and latest.stdout.split()[0] == "[6.0]"
     offline = run_python(locked.args[2], tmp_path / "a", HF_HUB_OFFLINE="1")  # the locked load, again offline

@@ -14,17 +14,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import api_requests as _api_requests
+from helpers import make_kernel, new_repo, run_python
 
 import hubkernels.digest
 from hubkernels import cli
 from hubkernels.errors import DigestError, UsageError, VariantNotFoundError
-from hubkernels.fetch import (DownloadError, KernelNotFoundError, UntrustedKernelError, get_kernel,
-                              get_kernel_variants, has_kernel, install, install_kernel)
+from hubkernels.fetch import (
+    DownloadError,
+    KernelNotFoundError,
+    UntrustedKernelError,
+    get_kernel,
+    get_kernel_variants,
+    has_kernel,
+    install,
+    install_kernel,
+)
 from hubkernels.fetch._local import RepoState, repo_folder
 from hubkernels.metadata import Metadata
-from hubkernels.variants import Accepted, Rejected
-from helpers import api_requests as _api_requests, make_kernel, new_repo, run_python
 from hubkernels.publish import upload
+from hubkernels.variants import Accepted, Rejected
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,8 +46,13 @@ class Published:
     files: tuple[str, ...]  # the torch-cpu variant's files
 
 
-def _publish(tmp: Path, org: str, backends: tuple[str, ...] = ("cpu", "cuda"), versions: tuple[int, ...] = (1, 2),
-             artifacts: bool = True) -> Published:
+def _publish(
+    tmp: Path,
+    org: str,
+    backends: tuple[str, ...] = ("cpu", "cuda"),
+    versions: tuple[int, ...] = (1, 2),
+    artifacts: bool = True,
+) -> Published:
     """tiny-act versions uploaded with `hubkernels upload`; `artifacts=False` then removes wheels/, leaving the
     layout kernel-builder publishes (loaded file by file)."""
     from huggingface_hub import HfApi
@@ -100,17 +114,21 @@ def test_version_revision_branch_and_tag_each_load_what_was_published(published,
 
 def test_cold_load_fetches_the_chosen_variant_as_one_artifact(hub, published, cache) -> None:
     hub.reset_requests()  # a new process: nothing cached, not even hf_xet's token
-    out = run_python(f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=1).VALUE)",
-                     cache)
+    out = run_python(
+        f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=1).VALUE)", cache
+    )
     assert out.stdout.split() == ["1"]
     asked = [(m, p) for m, p in _api_requests(hub) if p != "/v1/telemetry"]  # hf_xet's telemetry (answered 202)
     assert not any("torch-cuda" in path for _, path in asked)
     commit = published.commits[1]
     assert [p.split("/")[1] if p.startswith("/cas/") else p for _, p in asked] == [
-        f"/api/kernels/{published.repo_id}/refs", "/api/organizations/hubkernels/overview",
+        f"/api/kernels/{published.repo_id}/refs",
+        "/api/organizations/hubkernels/overview",
         f"/api/kernels/{published.repo_id}/tree/{commit}/wheels",  # names every variant and its artifact
         f"/api/kernels/{published.repo_id}/xet-read-token/{commit}",  # no HEAD: the listing gave the Xet hash
-        "cas", "cas"]  # the artifact's reconstruction and its one xorb range
+        "cas",
+        "cas",
+    ]  # the artifact's reconstruction and its one xorb range
 
 
 def test_cold_load_of_a_kernel_builder_repo_downloads_only_the_chosen_variants_files(hub, filewise, cache) -> None:
@@ -120,8 +138,11 @@ def test_cold_load_of_a_kernel_builder_repo_downloads_only_the_chosen_variants_f
     assert not any("torch-cuda" in path for _, path in asked)
     listing = [(m, p) for m, p in asked if "/resolve/" not in p]
     assert [p.rsplit("/", 2)[-2:] if "/tree/" in p else p for _, p in listing] == [
-        f"/api/kernels/{filewise.repo_id}/refs", "/api/organizations/hubkernels/overview",
-        [filewise.commits[1], "wheels"], [filewise.commits[1], "build"]]  # no wheels/: the build/ listing
+        f"/api/kernels/{filewise.repo_id}/refs",
+        "/api/organizations/hubkernels/overview",
+        [filewise.commits[1], "wheels"],
+        [filewise.commits[1], "build"],
+    ]  # no wheels/: the build/ listing
     downloads = sorted(p.rsplit("/", 1)[1] for _, p in asked if "/resolve/" in p)
     assert downloads == sorted(filewise.files * 2)  # HEAD + GET of each file of torch-cpu, nothing else
 
@@ -130,13 +151,17 @@ def test_warm_load_in_a_new_process_makes_no_request(hub, published, cache) -> N
     get_kernel(published.repo_id, version=1, cache_dir=cache)
     get_kernel(published.repo_id, version=2, cache_dir=cache)
     hub.reset_requests()
-    out = run_python(f"""
+    out = run_python(
+        f"""
         import hubkernels.fetch as f
         a = f.get_kernel({published.repo_id!r}, version=1)
         b = f.get_kernel({published.repo_id!r}, revision={published.commits[1]!r})
         c = f.get_kernel({published.repo_id!r})
         print(a.VALUE, b.VALUE, c.VALUE)
-        """, cache, HUBKERNELS_VERSION_TTL="600")  # the user opts in to reusing resolved versions
+        """,
+        cache,
+        HUBKERNELS_VERSION_TTL="600",
+    )  # the user opts in to reusing resolved versions
     assert out.stdout.split() == ["1", "1", "2"]
     assert hub.requests() == []
 
@@ -144,8 +169,9 @@ def test_warm_load_in_a_new_process_makes_no_request(hub, published, cache) -> N
 def test_a_warm_load_of_a_version_asks_only_the_branchs_commit(hub, published, cache) -> None:
     get_kernel(published.repo_id, version=1, cache_dir=cache)
     hub.reset_requests()
-    out = run_python(f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=1).VALUE)",
-                     cache)
+    out = run_python(
+        f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=1).VALUE)", cache
+    )
     assert out.stdout.split() == ["1"]
     assert _api_requests(hub) == [("GET", f"/api/kernels/{published.repo_id}/refs")]
 
@@ -156,9 +182,14 @@ def test_a_new_process_sees_a_reuploaded_version_at_once_in_both_loaders(hub, tm
     loaders = {"hubkernels": "import hubkernels as m", "kernels": "import kernels as m"}
 
     def load_in_new_processes() -> list[str]:
-        return [run_python(f"{imp}; print(m.get_kernel({repo_id!r}, version=1).VALUE)", tmp_path / name,
-                           KERNELS_CACHE=str(tmp_path / name / "kernels")).stdout.split()[-1]
-                for name, imp in loaders.items()]
+        return [
+            run_python(
+                f"{imp}; print(m.get_kernel({repo_id!r}, version=1).VALUE)",
+                tmp_path / name,
+                KERNELS_CACHE=str(tmp_path / name / "kernels"),
+            ).stdout.split()[-1]
+            for name, imp in loaders.items()
+        ]
 
     upload(make_kernel(tmp_path / "first", value=1), repo_id=repo_id)
     before = load_in_new_processes()
@@ -169,8 +200,12 @@ def test_a_new_process_sees_a_reuploaded_version_at_once_in_both_loaders(hub, tm
 def test_ranks_starting_together_share_one_cache(hub, published, cache) -> None:
     code = f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=2).VALUE)"
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HUBKERNELS_VERSION_TTL": "600"}
-    ranks = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
     results = [r.communicate(timeout=300) for r in ranks]
     assert [out.strip() for out, _ in results] == ["2"] * 4, [err[-2000:] for _, err in results]
     hub.reset_requests()
@@ -181,11 +216,17 @@ def test_ranks_starting_together_share_one_cache(hub, published, cache) -> None:
 def test_versions_are_asked_again_after_the_freshness_window_but_commits_never(hub, published, cache) -> None:
     get_kernel(published.repo_id, version=1, cache_dir=cache)
     hub.reset_requests()
-    run_python(f"import hubkernels.fetch as f; f.get_kernel({published.repo_id!r}, revision="
-               f"{published.commits[1]!r})", cache, HUBKERNELS_VERSION_TTL="0")
+    run_python(
+        f"import hubkernels.fetch as f; f.get_kernel({published.repo_id!r}, revision={published.commits[1]!r})",
+        cache,
+        HUBKERNELS_VERSION_TTL="0",
+    )
     assert hub.requests() == []
-    run_python(f"import hubkernels.fetch as f; f.get_kernel({published.repo_id!r}, version=1)", cache,
-               HUBKERNELS_VERSION_TTL="0")
+    run_python(
+        f"import hubkernels.fetch as f; f.get_kernel({published.repo_id!r}, version=1)",
+        cache,
+        HUBKERNELS_VERSION_TTL="0",
+    )
     assert _api_requests(hub) == [("GET", f"/api/kernels/{published.repo_id}/refs")]
 
 
@@ -207,8 +248,12 @@ def test_offline_version_works_after_one_online_load(hub, published, cache, monk
 def test_offline_new_process_resolves_the_version_from_the_local_index(hub, published, cache) -> None:
     get_kernel(published.repo_id, version=2, cache_dir=cache)
     hub.reset_requests()
-    out = run_python(f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=2).VALUE)",
-                     cache, HF_HUB_OFFLINE="1", HUBKERNELS_VERSION_TTL="0")
+    out = run_python(
+        f"import hubkernels.fetch as f; print(f.get_kernel({published.repo_id!r}, version=2).VALUE)",
+        cache,
+        HF_HUB_OFFLINE="1",
+        HUBKERNELS_VERSION_TTL="0",
+    )
     assert out.stdout.strip() == "2" and hub.requests() == []
 
 
@@ -289,8 +334,9 @@ def test_a_version_that_failed_to_load_is_listed_again_after_republishing(hub, t
     assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 5  # within the freshness window
 
 
-def test_a_cached_version_without_this_machines_variant_is_resolved_again_once(hub, tmp_path, cache,
-                                                                               capsys, monkeypatch) -> None:
+def test_a_cached_version_without_this_machines_variant_is_resolved_again_once(
+    hub, tmp_path, cache, capsys, monkeypatch
+) -> None:
     repo_id = new_repo()
     upload(make_kernel(tmp_path / "cuda", backends=("cuda",)), repo_id=repo_id)
     assert not has_kernel(repo_id, version=1, cache_dir=cache)  # lists v1 into the local index
@@ -356,8 +402,9 @@ def test_a_private_kernel_loads_with_a_token_and_without_one_says_to_set_it(hub,
     assert get_kernel(repo_id, version=1, cache_dir=cache).VALUE == 1  # the session's HF_TOKEN
     monkeypatch.delenv("HF_TOKEN")
     monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
-    with pytest.raises(KernelNotFoundError, match=f"no kernel repository {repo_id} .*private repositories also need "
-                                                  "HF_TOKEN"):
+    with pytest.raises(
+        KernelNotFoundError, match=f"no kernel repository {repo_id} .*private repositories also need HF_TOKEN"
+    ):
         get_kernel(repo_id, version=1, cache_dir=tmp_path / "other-cache")
 
 
@@ -383,7 +430,8 @@ def test_no_variant_for_this_machine_shows_the_trace(hub, tmp_path_factory, cach
     assert "rejected torch-cuda: noarch build for cuda, this system uses cpu" in str(e.value)
     assert not has_kernel(cuda_only.repo_id, version=1, cache_dir=cache)
     assert get_kernel_variants(cuda_only.repo_id, version=1, cache_dir=cache) == [
-        Rejected("torch-cuda", "noarch build for cuda, this system uses cpu")]
+        Rejected("torch-cuda", "noarch build for cuda, this system uses cpu")
+    ]
 
 
 def test_variant_trace_and_has_kernel(published, cache) -> None:
@@ -411,8 +459,11 @@ def test_server_errors_are_retried(hub, filewise, cache) -> None:
 def test_a_persistent_failure_is_a_clean_error_and_nothing_partial_is_loaded(hub, filewise, cache) -> None:
     hub.add_fault(r"/resolve/.*/__init__\.py$", method="GET", status=500, times=None)
     try:
-        with pytest.raises(DownloadError, match=r"downloading build/torch-cpu/__init__.py .* failed 3 times at "
-                                                r"http://127.0.0.1.*Nothing was loaded"):
+        with pytest.raises(
+            DownloadError,
+            match=r"downloading build/torch-cpu/__init__.py .* failed 3 times at "
+            r"http://127.0.0.1.*Nothing was loaded",
+        ):
             get_kernel(filewise.repo_id, version=1, cache_dir=cache)
     finally:
         hub.clear_faults()

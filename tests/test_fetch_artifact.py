@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import api_requests, make_kernel, new_repo, run_python
 
 from hubkernels.fetch import DownloadError, get_kernel
 from hubkernels.fetch._local import RepoState
 from hubkernels.publish import upload
-from helpers import api_requests, make_kernel, new_repo, run_python
 
 TELEMETRY = "/v1/telemetry"  # hf_xet's transfer telemetry, answered 202 as a success (not a Hub request we make)
 

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import make_kernel, new_repo
 
 from hubkernels.digest import hash_variant
 from hubkernels.errors import VariantImportError
 from hubkernels.fetch import get_kernel
 from hubkernels.publish import upload
-from helpers import make_kernel, new_repo
 
 BROKEN = "torch-stable-abi210-cpu-x86_64-linux"  # preferred over the noarch torch-cpu on every CPU machine
 MISSING = "hubkernels_probe_symbol_no_torch_exports"
@@ -38,13 +38,18 @@ def _broken_variant(good: Path, dest: Path) -> Path:
     init = dest / "__init__.py"
     init.write_text("from . import _ops  # noqa: F401\n" + init.read_text())
     src = dest.parent / "broken.c"
-    src.write_text(f"#include <Python.h>\nint {MISSING}(void);\nstatic struct PyModuleDef m = "
-                   f'{{PyModuleDef_HEAD_INIT, "{uid}", 0, -1, 0}};\n'
-                   f"PyMODINIT_FUNC PyInit_{uid}(void) {{ {MISSING}(); return PyModule_Create(&m); }}\n")
-    include = subprocess.run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run(["cc", "-shared", "-fPIC", f"-I{include}", "-o", str(dest / f"{uid}.abi3.so"), str(src)],
-                   check=True)
+    src.write_text(
+        f"#include <Python.h>\nint {MISSING}(void);\nstatic struct PyModuleDef m = "
+        f'{{PyModuleDef_HEAD_INIT, "{uid}", 0, -1, 0}};\n'
+        f"PyMODINIT_FUNC PyInit_{uid}(void) {{ {MISSING}(); return PyModule_Create(&m); }}\n"
+    )
+    include = subprocess.run(
+        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run(["cc", "-shared", "-fPIC", f"-I{include}", "-o", str(dest / f"{uid}.abi3.so"), str(src)], check=True)
     src.unlink()
     meta.update(id=uid, backend={"type": "cpu"})
     meta["digest"] = {"algorithm": "sha256", "files": {}}
@@ -69,8 +74,9 @@ def _publish(tmp: Path, *, with_noarch: bool) -> str:
     upload(kernel, repo_id=repo_id)
     api = HfApi()
     api.delete_folder("wheels", repo_id=repo_id, revision="v1", repo_type="kernel")  # kernel-builder ships no wheels
-    api.upload_folder(repo_id=repo_id, folder_path=str(broken), path_in_repo=f"build/{BROKEN}", revision="v1",
-                      repo_type="kernel")
+    api.upload_folder(
+        repo_id=repo_id, folder_path=str(broken), path_in_repo=f"build/{BROKEN}", revision="v1", repo_type="kernel"
+    )
     return repo_id
 
 

@@ -15,8 +15,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-FOUNDATION = {"settings", "platform", "system", "metadata", "digest", "errors", "_version", "_setup_ext", "layout",
-              "hub", "kernel_deps"}
+FOUNDATION = {
+    "settings",
+    "platform",
+    "system",
+    "metadata",
+    "digest",
+    "errors",
+    "_version",
+    "_setup_ext",
+    "layout",
+    "hub",
+    "kernel_deps",
+}
 
 
 def _tool(name: str) -> str:
@@ -35,8 +46,14 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 def _run(tool: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(cwd)}
-    return subprocess.run([_tool(tool), *(["check", "."] if tool == "ruff" else [])], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [_tool(tool), *(["check", "."] if tool == "ruff" else [])],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_tree_passes_both_checks():
@@ -77,7 +94,7 @@ def test_an_unused_import_and_a_long_line_break_ruff(tmp_path):
 def _documented_stage_imports() -> dict[tuple[str, ...], set[str]]:
     """(modules of a row) -> the names in its imports column, from docs/ARCHITECTURE.md's stage table."""
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
-    table = text[text.index("| module | public functions | imports |"):].split("\n\n")[0]
+    table = text[text.index("| module | public functions | imports |") :].split("\n\n")[0]
     rows = {}
     for line in table.splitlines()[2:]:
         first, *_, last = [cell.strip() for cell in line.strip("|").split("|")]
@@ -118,8 +135,11 @@ def test_the_architecture_stage_table_is_the_real_imports():
         assert _real_stage_imports(modules) == documented, modules
     # Every module of the package is in the table or among the foundation modules.
     listed = {m for modules in rows for m in modules} | FOUNDATION | {"__main__"}
-    package = {p.stem if p.is_file() else p.name for p in (ROOT / "hubkernels").iterdir()
-               if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__init__.py"}
+    package = {
+        p.stem if p.is_file() else p.name
+        for p in (ROOT / "hubkernels").iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.name != "__init__.py"
+    }
     assert package <= listed, package - listed
 
 
@@ -138,8 +158,12 @@ def test_every_error_class_is_a_hubkernels_error_reachable_from_the_package():
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
-            if (isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == info.name
-                    and not name.startswith("_")):  # private ones steer control flow inside a module
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__ == info.name
+                and not name.startswith("_")
+            ):  # private ones steer control flow inside a module
                 found[name] = value
     assert len(found) >= 16, sorted(found)
     for name, cls in found.items():
@@ -150,7 +174,10 @@ def test_every_error_class_is_a_hubkernels_error_reachable_from_the_package():
 def test_tests_share_helpers_through_modules_not_through_each_other():
     """A test module importing another (or a conftest, whose name several directories share) drags in its
     fixtures and tests; shared code lives in tests/helpers.py (and the ltx_* and hubfixture modules)."""
-    offenders = [f"{path.name}: {line.strip()}" for path in sorted((ROOT / "tests").glob("*.py"))
-                 for line in path.read_text().splitlines()
-                 if re.match(r"\s*(from|import)\s+(test_\w+|conftest)\b", line)]
+    offenders = [
+        f"{path.name}: {line.strip()}"
+        for path in sorted((ROOT / "tests").glob("*.py"))
+        for line in path.read_text().splitlines()
+        if re.match(r"\s*(from|import)\s+(test_\w+|conftest)\b", line)
+    ]
     assert offenders == []

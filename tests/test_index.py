@@ -13,12 +13,12 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 import warnings
 from pathlib import Path
 
-import urllib.error
-import urllib.request
 import pytest
 
 from hubkernels.publish import upload
@@ -69,8 +69,12 @@ def _venv(path: Path) -> Path:
     """A fresh virtual environment that sees this interpreter's torch (and nothing else installed)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     torch_dir = Path(__import__("torch").__file__).parent.parent
     (Path(purelib) / "host-torch.pth").write_text(f"{torch_dir}\n")
     return python
@@ -86,14 +90,29 @@ def _run(args: list[str], **env: str) -> subprocess.CompletedProcess:
 
 def test_pip_installs_ltx_kernels_from_the_index_and_its_ops_run(hub, published, tmp_path: Path) -> None:
     python = _venv(tmp_path / "venv")
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-cache-dir", "--index-url",
-          f"{hub.url}/simple", "ltx-kernels"])
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True).stdout.strip()
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-cache-dir",
+            "--index-url",
+            f"{hub.url}/simple",
+            "ltx-kernels",
+        ]
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
     assert "ops ok" in _run([str(python), "-c", OPS_CHECK.format(site=site)], PYTHONPATH="").stdout
-    local = (f"import torch, hubkernels; k = hubkernels.get_local_kernel({site + '/ltx_kernels'!r}, verify=True); "
-             "x = torch.randn(4, 64); print(torch.allclose(k.gelu_tanh(x), torch.nn.functional.gelu(x, "
-             "approximate='tanh'), atol=1e-5))")
+    local = (
+        f"import torch, hubkernels; k = hubkernels.get_local_kernel({site + '/ltx_kernels'!r}, verify=True); "
+        "x = torch.randn(4, 64); print(torch.allclose(k.gelu_tanh(x), torch.nn.functional.gelu(x, "
+        "approximate='tanh'), atol=1e-5))"
+    )
     assert _run([str(python), "-c", local], PYTHONPATH=str(ROOT)).stdout.split()[-1] == "True"  # as a local build
 
 
@@ -106,10 +125,24 @@ def test_uv_installs_ltx_kernels_from_the_index_and_its_ops_run(hub, published, 
     # taken out of the resolution (an override that never applies) instead of downloaded
     overrides = tmp_path / "overrides.txt"
     overrides.write_text('torch; sys_platform == "never"\n')
-    _run([uv, "pip", "install", "--python", str(python), "--no-cache", "--index-url", f"{hub.url}/simple",
-          "--overrides", str(overrides), "ltx-kernels"])
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True).stdout.strip()
+    _run(
+        [
+            uv,
+            "pip",
+            "install",
+            "--python",
+            str(python),
+            "--no-cache",
+            "--index-url",
+            f"{hub.url}/simple",
+            "--overrides",
+            str(overrides),
+            "ltx-kernels",
+        ]
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
     assert "ops ok" in _run([str(python), "-c", OPS_CHECK.format(site=site)], PYTHONPATH="").stdout
 
 
@@ -140,9 +173,11 @@ def _secret_kernel(root: Path, repo_id: str) -> Path:
     from hubkernels.build import build
 
     (root / "torch-ext" / "secret_act").mkdir(parents=True)
-    (root / "build.toml").write_text(f'[general]\nname = "secret-act"\nversion = 1\nedition = 5\n'
-                                     f'license = "Apache-2.0"\nbackends = ["cpu"]\n\n[general.hub]\n'
-                                     f'repo-id = "{repo_id}"\n\n[torch-noarch]\n')
+    (root / "build.toml").write_text(
+        f'[general]\nname = "secret-act"\nversion = 1\nedition = 5\n'
+        f'license = "Apache-2.0"\nbackends = ["cpu"]\n\n[general.hub]\n'
+        f'repo-id = "{repo_id}"\n\n[torch-noarch]\n'
+    )
     (root / "torch-ext" / "secret_act" / "__init__.py").write_text("VALUE = 7\n")
     build(root, backend="cpu", quiet=True)
     return root

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import VERIFY_CI_TOLERANCE
 
 from hubkernels.cli import main
@@ -29,8 +28,9 @@ GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
 def hubkernels_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`python -m hubkernels ARGS` from this checkout, as a user runs it."""
     env = {**os.environ, **GIT_ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "hubkernels", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=1500)
+    return subprocess.run(
+        [sys.executable, "-m", "hubkernels", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1500
+    )
 
 
 def findings(report: dict, check: str) -> list[dict]:
@@ -38,6 +38,7 @@ def findings(report: dict, check: str) -> list[dict]:
 
 
 # ---- init -----------------------------------------------------------------------------------------
+
 
 def test_init_refuses_to_overwrite_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
@@ -52,8 +53,9 @@ def test_init_refuses_to_overwrite_and_says_so_in_one_line(tmp_path, monkeypatch
     assert not list(tmp_path.glob(".fast-norms*")), "no staging folder is left behind"
 
 
-@pytest.mark.parametrize("argv", [["Fast_Norms"], ["fast-norms", "--op", "Bad-Op"],
-                                  ["fast-norms", "--backends", "rocm"]])
+@pytest.mark.parametrize(
+    "argv", [["Fast_Norms"], ["fast-norms", "--op", "Bad-Op"], ["fast-norms", "--backends", "rocm"]]
+)
 def test_init_rejects_names_kernel_builder_would_not_take(tmp_path, monkeypatch, capsys, argv):
     monkeypatch.chdir(tmp_path)
     assert main(["init", *argv]) == 2
@@ -63,8 +65,7 @@ def test_init_rejects_names_kernel_builder_would_not_take(tmp_path, monkeypatch,
 
 def test_init_cpu_only_with_a_named_op_follows_kernel_builder_layout(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
-    assert main(["init", "mlp-ops", "--backends", "cpu", "--op", "silu_and_mul", "--dest",
-                 str(tmp_path / "k")]) == 0
+    assert main(["init", "mlp-ops", "--backends", "cpu", "--op", "silu_and_mul", "--dest", str(tmp_path / "k")]) == 0
     root = tmp_path / "k"
     config = load_config(root)
     assert (config.name, config.python_name, config.general.edition) == ("mlp-ops", "mlp_ops", 5)
@@ -86,6 +87,7 @@ def test_init_cpu_only_with_a_named_op_follows_kernel_builder_layout(tmp_path, m
 
 
 # ---- init, then verify, as a user runs them -------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> tuple[Path, dict]:
@@ -111,8 +113,11 @@ def test_a_fresh_kernel_passes_verify(demo):
 def test_verify_reads_each_isa_clone_on_its_own(demo):
     _, report = demo
     clones = {c["subject"]: c for c in findings(report, "vector")}
-    assert {"demo_kernel_cpu::rms_norm [arch_x86_64_v4]", "demo_kernel_cpu::rms_norm [arch_x86_64_v3]",
-            "demo_kernel_cpu::rms_norm [default]"} <= set(clones)
+    assert {
+        "demo_kernel_cpu::rms_norm [arch_x86_64_v4]",
+        "demo_kernel_cpu::rms_norm [arch_x86_64_v3]",
+        "demo_kernel_cpu::rms_norm [default]",
+    } <= set(clones)
     assert clones["demo_kernel_cpu::rms_norm [arch_x86_64_v3]"]["data"]["isa_width"] == 256
     assert all(int(c["data"]["packed"].get(str(c["data"]["isa_width"]), 0)) > 0 for c in clones.values())
 
@@ -132,11 +137,15 @@ def test_verify_judges_each_per_isa_runner_of_ltx_kernels_at_its_width(ltx):
     assert found["24 fp64 compilations"].status == "skip"
     # No runner compares or converts lane by lane: vec.h compares in pieces of the ISA's register width
     # (a 64-byte compare written on f32x16 was 128 vucomiss per AVX2 gelu_tanh runner, bf16 stores 144 vpextrd).
-    lanewise = {s: (c.data["mix"]["compares"], c.data["mix"]["extracts"]) for s, c in found.items()
-                if s.startswith("ltx_cpu::") and (c.data["mix"]["compares"] > 2 or c.data["mix"]["extracts"] > 50)}
+    lanewise = {
+        s: (c.data["mix"]["compares"], c.data["mix"]["extracts"])
+        for s, c in found.items()
+        if s.startswith("ltx_cpu::") and (c.data["mix"]["compares"] > 2 or c.data["mix"]["extracts"] > 50)
+    }
     assert not lanewise, lanewise
-    assert all(c.status == "pass" for s, c in found.items() if s.startswith("ltx_cpu::")), \
-        [c.line() for c in found.values() if c.status == "fail"]
+    assert all(c.status == "pass" for s, c in found.items() if s.startswith("ltx_cpu::")), [
+        c.line() for c in found.values() if c.status == "fail"
+    ]
     runs_here = [s for s, c in found.items() if c.data.get("runs_here") and "<" in s]
     assert len(runs_here) == 8 * 3, "one compilation per op and storage type runs on this CPU"
 
@@ -173,9 +182,13 @@ def test_verify_writes_each_finding_once_into_one_log(ltx, tmp_path):
     log = tmp_path / "verify.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with log.open("w") as out:
-        done = subprocess.run([sys.executable, "-m", "hubkernels", "verify", str(ROOT), "--skip",
-                               "build,tests,abi,compile,vector,speed"], stdout=out, stderr=subprocess.STDOUT,
-                              env=env, timeout=900)
+        done = subprocess.run(
+            [sys.executable, "-m", "hubkernels", "verify", str(ROOT), "--skip", "build,tests,abi,compile,vector,speed"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            timeout=900,
+        )
     text = log.read_text()
     assert done.returncode == 0, text[-2000:]
     assert len(re.findall(r"(?m)^PASS  build    cpu ", text)) == 1, text[-2000:]
@@ -252,14 +265,21 @@ def planted(demo) -> list[str]:
     (root / "kernel_src/demo_kernel_cpu/rms_norm.cpp").write_text(SCALAR_FP16_RMS_NORM)
     (root / "kernel_src/demo_kernel_cpu/planted.cpp").write_text(LANEWISE_AND_ANONYMOUS)
     toml = root / "build.toml"
-    toml.write_text(toml.read_text().replace('"-O3", "-fno-trapping-math"', '"-O3"').replace(
-        '"kernel_src/demo_kernel_cpu/rms_norm.cpp",', '"kernel_src/demo_kernel_cpu/rms_norm.cpp",\n'
-                                                      '    "kernel_src/demo_kernel_cpu/planted.cpp",'))
+    toml.write_text(
+        toml.read_text()
+        .replace('"-O3", "-fno-trapping-math"', '"-O3"')
+        .replace(
+            '"kernel_src/demo_kernel_cpu/rms_norm.cpp",',
+            '"kernel_src/demo_kernel_cpu/rms_norm.cpp",\n    "kernel_src/demo_kernel_cpu/planted.cpp",',
+        )
+    )
     init = root / "kernel_src/torch-ext/demo_kernel/__init__.py"
-    init.write_text(init.read_text().replace("    return ops.rms_norm(", "    print(\"rms_norm\")\n"
-                                                                      "    return ops.rms_norm("))
-    done = hubkernels_cli("verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", VERIFY_CI_TOLERANCE,
-                          cwd=root)
+    init.write_text(
+        init.read_text().replace("    return ops.rms_norm(", '    print("rms_norm")\n    return ops.rms_norm(')
+    )
+    done = hubkernels_cli(
+        "verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", VERIFY_CI_TOLERANCE, cwd=root
+    )
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]
     return done.stdout.splitlines()
 
@@ -289,8 +309,23 @@ def test_a_slow_fp16_loop_and_a_graph_break_each_fail_verify_naming_op_and_reaso
 def test_verify_times_only_the_ops_and_sizes_asked_for(ltx, capsys):
     """`--ops` and `--shape` reproduce one op's figure at a model's own sizes, and each timing says how many page
     faults a call took (a miss from fresh memory reads differently from a slow loop)."""
-    argv = ["verify", str(ROOT), "--skip", "tests,abi,compile,vector", "--ops", "gated_residual", "--shape",
-            "tokens=8", "--dtypes", "fp32", "--iters", "3", "--tolerance", "1000", "--json"]
+    argv = [
+        "verify",
+        str(ROOT),
+        "--skip",
+        "tests,abi,compile,vector",
+        "--ops",
+        "gated_residual",
+        "--shape",
+        "tokens=8",
+        "--dtypes",
+        "fp32",
+        "--iters",
+        "3",
+        "--tolerance",
+        "1000",
+        "--json",
+    ]
     assert main(argv) == 0
     speed = findings(json.loads(capsys.readouterr().out), "speed")
     assert [c["subject"] for c in speed] == ["gated_residual fp32"]
@@ -298,9 +333,14 @@ def test_verify_times_only_the_ops_and_sizes_asked_for(ltx, capsys):
     assert set(speed[0]["data"]["page_faults_per_call"]) == {"ours", "eager", "torch.compile"}
 
 
-@pytest.mark.parametrize("argv, says", [(["--ops", "no_such_op"], "declare rms_norm"),
-                                        (["--shape", "seq=4"], "declared sizes are batch, ff, hidden, tokens"),
-                                        (["--shape", "tokens"], "NAME=N")])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--ops", "no_such_op"], "declare rms_norm"),
+        (["--shape", "seq=4"], "declared sizes are batch, ff, hidden, tokens"),
+        (["--shape", "tokens"], "NAME=N"),
+    ],
+)
 def test_verify_refuses_ops_and_sizes_no_benchmark_declares(ltx, capsys, argv, says):
     assert main(["verify", str(ROOT), "--skip", "tests,abi,compile,vector", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -347,8 +387,19 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
     if cxx is None or shutil.which("objdump") is None or _vector.cpu_width() < 256:
         pytest.skip("needs a C++ compiler, objdump and an AVX2 CPU")
     (tmp_path / "silu.cpp").write_text(DOUBLE_DIVISION)
-    subprocess.run([cxx, "-O3", "-fno-trapping-math", "-fPIC", "-shared", str(tmp_path / "silu.cpp"), "-o",
-                    str(tmp_path / "silu.so")], check=True)
+    subprocess.run(
+        [
+            cxx,
+            "-O3",
+            "-fno-trapping-math",
+            "-fPIC",
+            "-shared",
+            str(tmp_path / "silu.cpp"),
+            "-o",
+            str(tmp_path / "silu.so"),
+        ],
+        check=True,
+    )
 
     def formula(x: torch.Tensor) -> torch.Tensor:
         h = x.shape[-1] // 2
@@ -358,8 +409,13 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
     torch._dynamo.reset()
     torch.compile(formula, dynamic=False)(torch.randn(8, 2 * 1024))
     inductor = sorted(m for m in _ops.loaded_modules() - before if "inductor" in m)
-    failed = Check("speed", "silu_and_mul fp32", "fail", "slower than torch.compile of its formula",
-                   {"dtype": "fp32", "inductor_modules": inductor})
+    failed = Check(
+        "speed",
+        "silu_and_mul fp32",
+        "fail",
+        "slower than torch.compile of its formula",
+        {"dtype": "fp32", "inductor_modules": inductor},
+    )
     found = _diagnose.explain(failed, tmp_path, ["demo_kernel_cpu"], ["silu_and_mul"])
     where = found.data["where"]
     clone = {512: "arch_x86_64_v4", 256: "arch_x86_64_v3"}[_vector.cpu_width()]

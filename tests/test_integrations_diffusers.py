@@ -11,10 +11,10 @@ import functools
 
 import pytest
 import torch
+from ltx_tiny import TINY_CONFIG, expected_replacements, ltx_inputs, publish_ltx, tiny_ltx
 
 from hubkernels.integrations import diffusers as hd
 from hubkernels.layers import Mode, kernelized_layers
-from ltx_tiny import TINY_CONFIG, expected_replacements, ltx_inputs, publish_ltx, tiny_ltx
 
 LAYERS = TINY_CONFIG["num_layers"]
 
@@ -114,8 +114,11 @@ def _rope_args(code: str, prologue: str) -> list[tuple[str, str]]:
     def buffer(arg: ast.expr) -> str:  # `buf7` or `reinterpret_tensor(buf7, ...)` -> "buf7"
         return buffer(arg.args[0]) if isinstance(arg, ast.Call) else ast.unparse(arg)
 
-    return [(buffer(node.args[4]), buffer(node.args[5])) for node in ast.walk(ast.parse(code))
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(f".{prologue}.default")]
+    return [
+        (buffer(node.args[4]), buffer(node.args[5]))
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(f".{prologue}.default")
+    ]
 
 
 def test_regional_compile_of_the_kernelized_blocks(ltx):
@@ -180,8 +183,10 @@ def test_rope_tables_match_diffusers_bit_for_bit(ltx, dim, rope_mode):
     frames, height, width = 3, 4, 5
     hidden = torch.zeros(2, frames * height * width, dim)
     coords = torch.rand(2, 3, hidden.shape[1], generator=torch.Generator().manual_seed(0)) * 20
-    calls = [dict(num_frames=frames, height=height, width=width, rope_interpolation_scale=scale)
-             for scale in ((8 / 25, 32, 32), (torch.tensor(0.32), 32.0, 32.0), None)] + [dict(video_coords=coords)]
+    calls = [
+        dict(num_frames=frames, height=height, width=width, rope_interpolation_scale=scale)
+        for scale in ((8 / 25, 32, 32), (torch.tensor(0.32), 32.0, 32.0), None)
+    ] + [dict(video_coords=coords)]
     for kwargs in calls:
         expected = rope(hidden, **kwargs)
         got = kernelized.forward(rope, hidden, **kwargs)
@@ -357,25 +362,50 @@ def tiny_pipeline():
 
     torch.manual_seed(0)
     vae = AutoencoderKLLTXVideo(
-        in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
-        decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
-        decoder_layers_per_block=(1, 1, 1, 1, 1), spatio_temporal_scaling=(True, True, False, False),
+        in_channels=3,
+        out_channels=3,
+        latent_channels=8,
+        block_out_channels=(8, 8, 8, 8),
+        decoder_block_out_channels=(8, 8, 8, 8),
+        layers_per_block=(1, 1, 1, 1, 1),
+        decoder_layers_per_block=(1, 1, 1, 1, 1),
+        spatio_temporal_scaling=(True, True, False, False),
         decoder_spatio_temporal_scaling=(True, True, False, False),
-        decoder_inject_noise=(False, False, False, False, False), upsample_residual=(False, False, False, False),
-        upsample_factor=(1, 1, 1, 1), timestep_conditioning=False, patch_size=1, patch_size_t=1,
-        encoder_causal=True, decoder_causal=False)
+        decoder_inject_noise=(False, False, False, False, False),
+        upsample_residual=(False, False, False, False),
+        upsample_factor=(1, 1, 1, 1),
+        timestep_conditioning=False,
+        patch_size=1,
+        patch_size_t=1,
+        encoder_causal=True,
+        decoder_causal=False,
+    )
     text_encoder = T5EncoderModel(T5Config(vocab_size=32, d_model=64, d_kv=16, d_ff=64, num_layers=1, num_heads=4))
-    return LTXPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=text_encoder,
-                       tokenizer=None, transformer=tiny_ltx())
+    return LTXPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=None,
+        transformer=tiny_ltx(),
+    )
 
 
 def test_one_call_kernelizes_a_pipeline_from_a_local_build(ltx_build):
     pipe = tiny_pipeline()
     embeds = torch.randn(1, 16, TINY_CONFIG["caption_channels"], generator=torch.Generator().manual_seed(3))
     mask = torch.ones(1, 16)
-    kwargs = dict(prompt_embeds=embeds, prompt_attention_mask=mask, negative_prompt_embeds=torch.zeros_like(embeds),
-                  negative_prompt_attention_mask=mask, height=32, width=32, num_frames=9, num_inference_steps=2,
-                  guidance_scale=3.0, output_type="pt")
+    kwargs = dict(
+        prompt_embeds=embeds,
+        prompt_attention_mask=mask,
+        negative_prompt_embeds=torch.zeros_like(embeds),
+        negative_prompt_attention_mask=mask,
+        height=32,
+        width=32,
+        num_frames=9,
+        num_inference_steps=2,
+        guidance_scale=3.0,
+        output_type="pt",
+    )
     ref = pipe(generator=torch.Generator().manual_seed(0), **kwargs).frames
     assert hd.kernelize(pipe, path=ltx_build.path) is pipe
     assert pipe.transformer._hubkernels_replaced == expected_replacements(LAYERS)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ltx_tiny import publish_ltx
 
 import hubkernels.integrations as hki
 from hubkernels.integrations.transformers import ltx_kernels_mapping
 from hubkernels.layers import Mode, kernelized_layers, use_kernel_mapping
-from ltx_tiny import publish_ltx
 
 REPO = "hubkernels/ltx-kernels"
 
@@ -19,8 +19,15 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, hidden_act="gelu_pytorch_tanh")
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_act="gelu_pytorch_tanh",
+    )
     return LlamaForCausalLM, LlamaForCausalLM(config)
 
 
@@ -28,8 +35,15 @@ def tiny_qwen3():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    config = Qwen3Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
     return Qwen3ForCausalLM, Qwen3ForCausalLM(config)
 
 
@@ -78,9 +92,11 @@ def _transformers_kernels_path() -> str | None:
 
     if import_utils.is_kernels_available():
         return None
-    return (f"transformers {transformers.__version__} wants kernels >= {import_utils.KERNELS_MIN_VERSION}, < "
-            f"{import_utils.KERNELS_MAX_VERSION}; kernels {importlib.metadata.version('kernels')} is installed, so "
-            "transformers disables its kernels integration (use_kernels=True raises)")
+    return (
+        f"transformers {transformers.__version__} wants kernels >= {import_utils.KERNELS_MIN_VERSION}, < "
+        f"{import_utils.KERNELS_MAX_VERSION}; kernels {importlib.metadata.version('kernels')} is installed, so "
+        "transformers disables its kernels integration (use_kernels=True raises)"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -99,8 +115,10 @@ def test_transformers_use_kernels_loads_our_repo_through_hf_kernels(name, tmp_pa
     with kernels.use_kernel_mapping(mapping):
         model = cls.from_pretrained(tmp_path, use_kernels=True).eval()
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
-    assert norms and all(m.forward.__func__.__qualname__ == "LlamaRMSNorm.forward" and
-                         m.forward.__func__.__module__.endswith(".layers") for m in norms)
+    assert norms and all(
+        m.forward.__func__.__qualname__ == "LlamaRMSNorm.forward" and m.forward.__func__.__module__.endswith(".layers")
+        for m in norms
+    )
     with torch.no_grad():
         torch.testing.assert_close(model(IDS).logits, ref, rtol=1e-4, atol=1e-4)
 

@@ -13,13 +13,14 @@ import sys
 import warnings
 from pathlib import Path
 
+import ltx_reference as ref
 import pytest
 import torch
+from helpers import api_requests as _api_requests
+from helpers import run_python
 
-import ltx_reference as ref
 from hubkernels.fetch import get_kernel
 from hubkernels.publish import upload
-from helpers import api_requests as _api_requests, run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,12 +68,21 @@ def test_huggingface_hub_sees_what_was_published(ltx_repo, ltx_build, tmp_path: 
     v1 = {b.name: b.target_commit for b in refs.branches}["v1"]
     assert [t.name for t in refs.tags] == [f"v1-{v1[:7]}"]
     variant = str(ltx_build.variant)
-    snap = Path(snapshot_download(ltx_repo, repo_type="kernel", revision="v1", cache_dir=tmp_path,
-                                  allow_patterns=[f"build/{variant}/*"]))
-    got = {p.relative_to(snap / "build" / variant).as_posix(): p.read_bytes()
-           for p in (snap / "build" / variant).rglob("*") if p.is_file()}
-    built = {p.relative_to(ltx_build.path).as_posix(): p.read_bytes()
-             for p in ltx_build.path.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    snap = Path(
+        snapshot_download(
+            ltx_repo, repo_type="kernel", revision="v1", cache_dir=tmp_path, allow_patterns=[f"build/{variant}/*"]
+        )
+    )
+    got = {
+        p.relative_to(snap / "build" / variant).as_posix(): p.read_bytes()
+        for p in (snap / "build" / variant).rglob("*")
+        if p.is_file()
+    }
+    built = {
+        p.relative_to(ltx_build.path).as_posix(): p.read_bytes()
+        for p in ltx_build.path.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     assert got == built
     card = Path(hf_hub_download(ltx_repo, "README.md", repo_type="kernel", cache_dir=tmp_path)).read_text()
     assert f'get_kernel("{ltx_repo}", version=1)' in card and "| `rms_norm` |" in card
@@ -83,8 +93,12 @@ def test_request_counts_cold_and_warm_against_kernels(hub, ltx_repo, ltx_build, 
     theirs = f"import kernels; kernels.get_kernel({ltx_repo!r}, version=1)"
     counts: dict[str, int] = {}
     heads: dict[str, int] = {}
-    for name, code, cache in (("ours cold", ours, "a"), ("ours warm", ours, "a"),
-                              ("kernels cold", theirs, "b"), ("kernels warm", theirs, "b")):
+    for name, code, cache in (
+        ("ours cold", ours, "a"),
+        ("ours warm", ours, "a"),
+        ("kernels cold", theirs, "b"),
+        ("kernels warm", theirs, "b"),
+    ):
         hub.reset_requests()
         run_python(code, tmp_path / cache, HF_XET_CACHE=str(tmp_path / cache / "xet"))  # both start Xet-cold
         sent = [(m, p) for m, p in _api_requests(hub) if p != "/v1/telemetry"]  # hf_xet's telemetry: timing noise
@@ -101,8 +115,11 @@ def test_request_counts_cold_and_warm_against_kernels(hub, ltx_repo, ltx_build, 
 def test_kernels_finds_the_version_offline_in_a_cache_we_filled(hub, ltx_repo, tmp_path: Path) -> None:
     get_kernel(ltx_repo, version=1, cache_dir=tmp_path)
     hub.reset_requests()
-    out = run_python(f"import kernels; k = kernels.get_kernel({ltx_repo!r}, version=1); print(k.__name__)",
-                     tmp_path, HF_HUB_OFFLINE="1")
+    out = run_python(
+        f"import kernels; k = kernels.get_kernel({ltx_repo!r}, version=1); print(k.__name__)",
+        tmp_path,
+        HF_HUB_OFFLINE="1",
+    )
     assert out.stdout.strip().startswith("_ltx_kernels_cpu_") and hub.requests() == []
 
 
@@ -112,8 +129,13 @@ def test_bench_loader_script_measures_both_loaders(ltx_build, tmp_path: Path) ->
     import sys
 
     out = tmp_path / "loader.json"
-    done = subprocess.run([sys.executable, "-m", "hubkernels.bench_loader", str(ROOT), "--runs", "1", "--no-build",
-                           "--output", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "hubkernels.bench_loader", str(ROOT), "--runs", "1", "--no-build", "--output", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
     warm = results["hubkernels"]["warm"]
@@ -139,14 +161,21 @@ def tiny_repo(hub, tmp_path_factory) -> tuple[str, str]:
 def _kernels_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     """The real `kernels` command of this environment, pointed at the test Hub with `cache` as its cache."""
     exe = Path(sys.executable).parent / "kernels"
-    return subprocess.run([str(exe), *args], env={**os.environ, "HF_HUB_CACHE": str(cache)}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(exe), *args],
+        env={**os.environ, "HF_HUB_CACHE": str(cache)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _project(root: Path, deps: str = "") -> Path:
     root.mkdir()
-    (root / "pyproject.toml").write_text(f'[project]\nname = "app"\nversion = "0"\n\n'
-                                         f'[tool.kernels.dependencies]\n{deps}')
+    (root / "pyproject.toml").write_text(
+        f'[project]\nname = "app"\nversion = "0"\n\n[tool.kernels.dependencies]\n{deps}'
+    )
     return root
 
 
@@ -163,8 +192,11 @@ def test_a_lock_written_by_kernels_loads_with_hubkernels(tiny_repo, tmp_path: Pa
     from hubkernels import cli
 
     assert cli.main(["lock", str(ours)]) == 0
-    assert json.loads((ours / "kernels.lock").read_text()) == json.loads((theirs / "kernels.lock").read_text()) == \
-        [{"dependency": {"repo-id": repo_id, "version": 1}, "lock": {"commit": commit}}]
+    assert (
+        json.loads((ours / "kernels.lock").read_text())
+        == json.loads((theirs / "kernels.lock").read_text())
+        == [{"dependency": {"repo-id": repo_id, "version": 1}, "lock": {"commit": commit}}]
+    )
 
 
 def test_a_lock_written_by_hubkernels_downloads_with_kernels(tiny_repo, tmp_path: Path, monkeypatch) -> None:
@@ -184,24 +216,29 @@ def test_a_lock_written_by_hubkernels_downloads_with_kernels(tiny_repo, tmp_path
     org, name = repo_id.split("/")
     snapshot = cache / f"kernels--{org}--{name}" / "snapshots" / commit
     assert (snapshot / "build" / "torch-cpu" / "metadata.json").is_file()
-    out = run_python(f"""
+    out = run_python(
+        f"""
         from pathlib import Path
         import kernels
-        print(kernels.get_locked_kernel({repo_id!r}, lockfile=Path({str(project / 'kernels.lock')!r})).VALUE)
-        """, cache)
+        print(kernels.get_locked_kernel({repo_id!r}, lockfile=Path({str(project / "kernels.lock")!r})).VALUE)
+        """,
+        cache,
+    )
     assert out.stdout.strip() == "7"
 
 
 def test_both_tools_lock_the_kernels_a_kernel_depends_on_alike(tiny_repo, tmp_path: Path, monkeypatch) -> None:
+    from helpers import make_kernel, new_repo
+
     from hubkernels import cli
     from hubkernels.build import build
-    from helpers import make_kernel, new_repo
 
     dep_id, dep_commit = tiny_repo
     root = make_kernel(tmp_path / "user", value=8)
     toml = (root / "build.toml").read_text()
-    (root / "build.toml").write_text(toml.replace("[general]\n", f'[general]\nkernel-depends = [{{ repo-id = "{dep_id}", '
-                                                                  "version = 1 }]\n", 1))
+    (root / "build.toml").write_text(
+        toml.replace("[general]\n", f'[general]\nkernel-depends = [{{ repo-id = "{dep_id}", version = 1 }}]\n', 1)
+    )
     build(root, backend="cpu", quiet=True)
     user_id = new_repo()
     user_commit = upload(root, repo_id=user_id).commit
@@ -216,6 +253,14 @@ def test_both_tools_lock_the_kernels_a_kernel_depends_on_alike(tiny_repo, tmp_pa
     def locked(project: Path) -> list[dict]:
         return sorted(json.loads((project / "kernels.lock").read_text()), key=lambda e: e["dependency"]["repo-id"])
 
-    assert locked(ours) == locked(theirs) == sorted(
-        [{"dependency": {"repo-id": r, "version": 1}, "lock": {"commit": c}}
-         for r, c in ((user_id, user_commit), (dep_id, dep_commit))], key=lambda e: e["dependency"]["repo-id"])
+    assert (
+        locked(ours)
+        == locked(theirs)
+        == sorted(
+            [
+                {"dependency": {"repo-id": r, "version": 1}, "lock": {"commit": c}}
+                for r, c in ((user_id, user_commit), (dep_id, dep_commit))
+            ],
+            key=lambda e: e["dependency"]["repo-id"],
+        )
+    )

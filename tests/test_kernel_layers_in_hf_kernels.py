@@ -12,9 +12,9 @@ import textwrap
 from pathlib import Path
 
 import torch
+from ltx_tiny import TINY_CONFIG, ltx_inputs, tiny_ltx
 
 from hubkernels.integrations import diffusers as hd
-from ltx_tiny import TINY_CONFIG, ltx_inputs, tiny_ltx
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = TINY_CONFIG["num_layers"]
@@ -45,13 +45,17 @@ def test_hf_kernels_runs_our_fused_ltx_block_with_our_output(ltx, ltx_build, tmp
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Each block ran the kernel's block forward: AdaLN, gated residual and the fused residual + AdaLN.
-    assert json.loads(calls_path.read_text()) == {"rms_norm_modulate": LAYERS, "gated_residual": 2 * LAYERS,
-                                                  "add_rms_norm_modulate": LAYERS}
+    assert json.loads(calls_path.read_text()) == {
+        "rms_norm_modulate": LAYERS,
+        "gated_residual": 2 * LAYERS,
+        "add_rms_norm_modulate": LAYERS,
+    }
     model, inputs = tiny_ltx(), ltx_inputs(per_token_timesteps=True)
     with torch.no_grad():
         reference = model(**inputs)[0]
-        hd.kernelize_diffusers(model, kernel=ltx, exclude=[k for k in hd.declared_kinds(ltx)
-                                                           if k != "LTXVideoTransformerBlock"])
+        hd.kernelize_diffusers(
+            model, kernel=ltx, exclude=[k for k in hd.declared_kinds(ltx) if k != "LTXVideoTransformerBlock"]
+        )
         ours = model(**inputs)[0]
     assert model._hubkernels_replaced == {"LTXVideoTransformerBlock": LAYERS}
     theirs = torch.load(out_path)

@@ -257,12 +257,15 @@ class WithOtherSignature(nn.Module):
         return x
 
 
-@pytest.mark.parametrize("layer, message", [
-    (WithInit, "defines __init__"),
-    (WithMember, r"has members \['helper'\]"),
-    (WithOtherSignature, "same number and kinds of parameters"),
-    (int, "not an nn.Module subclass"),
-])
+@pytest.mark.parametrize(
+    "layer, message",
+    [
+        (WithInit, "defines __init__"),
+        (WithMember, r"has members \['helper'\]"),
+        (WithOtherSignature, "same number and kinds of parameters"),
+        (int, "not an nn.Module subclass"),
+    ],
+)
 def test_invalid_layers_are_refused_before_anything_is_replaced(layer, message):
     m = nn.Sequential(Scale(2.0), nn.GELU(approximate="tanh"))
     mapping = {"Scale": {"cpu": Repo(PlusOne)}, LayerMatch(nn.GELU): {"cpu": Repo(layer)}}
@@ -398,8 +401,12 @@ def test_capability_is_read_per_device():
         assert capability_of(torch.device("cuda", index)) == major * 10 + minor
     m = model().cuda()
     here = capability_of(torch.device("cuda", 0))
-    mapping = {"Scale": {Device("cuda", CUDAProperties(here, here)): Repo(PlusOne),
-                         Device("cuda", CUDAProperties(0, here - 1)): Repo(PlusTen)}}
+    mapping = {
+        "Scale": {
+            Device("cuda", CUDAProperties(here, here)): Repo(PlusOne),
+            Device("cuda", CUDAProperties(0, here - 1)): Repo(PlusTen),
+        }
+    }
     with use_kernel_mapping(mapping):
         kernelize(m, mode=Mode.INFERENCE)
     assert torch.equal(m[0](X.cuda()), X.cuda() * 2 + 1)
@@ -437,8 +444,10 @@ def test_local_layer_repository_runs_the_built_kernel(ltx_build):
     x = torch.randn(4, 16)
     with torch.no_grad():
         ref = m(x)
-        mapping = {LayerMatch(nn.GELU): {"cpu": LocalLayerRepository(root, layer_name="GeluTanh")},
-                   LayerMatch(nn.RMSNorm): {"cpu": LocalLayerRepository(root, layer_name="TorchRMSNorm")}}
+        mapping = {
+            LayerMatch(nn.GELU): {"cpu": LocalLayerRepository(root, layer_name="GeluTanh")},
+            LayerMatch(nn.RMSNorm): {"cpu": LocalLayerRepository(root, layer_name="TorchRMSNorm")},
+        }
         with use_kernel_mapping(mapping):
             kernelize(m, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
         with torch.profiler.profile() as prof:
@@ -484,7 +493,7 @@ class StackedMLP(nn.Module):
         gate, up = module.gate_proj.weight, module.up_proj.weight
         stacked = torch.cat([gate.detach(), up.detach()])
         module.register_buffer("gate_up_weight", stacked, persistent=False)
-        gate.data, up.data = stacked[: gate.shape[0]], stacked[gate.shape[0]:]
+        gate.data, up.data = stacked[: gate.shape[0]], stacked[gate.shape[0] :]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = (x @ self.gate_up_weight.T).chunk(2, dim=-1)
@@ -534,6 +543,8 @@ class PrepareNotClassmethod(nn.Module):
 
 def test_prepare_must_be_a_classmethod():
     m = nn.Sequential(nn.GELU(approximate="tanh"))
-    with use_kernel_mapping({LayerMatch(nn.GELU): {"cpu": Repo(PrepareNotClassmethod)}}), \
-            pytest.raises(TypeError, match="prepare must be a classmethod"):
+    with (
+        use_kernel_mapping({LayerMatch(nn.GELU): {"cpu": Repo(PrepareNotClassmethod)}}),
+        pytest.raises(TypeError, match="prepare must be a classmethod"),
+    ):
         kernelize(m, mode=Mode.INFERENCE, device="cpu")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,9 @@ import pytest
 import hubkernels
 from hubkernels.errors import KernelLoadError, VariantNotFoundError
 from hubkernels.load import check_capability, import_variant
-from hubkernels.variants import cuda_arch_supports
 from hubkernels.metadata import Metadata
 from hubkernels.system import System
+from hubkernels.variants import cuda_arch_supports
 
 
 def _pure_variant(root: Path, name: str, *, python_depends: list[str] | None = None, body: str = "X = 1\n") -> Path:
@@ -21,8 +20,9 @@ def _pure_variant(root: Path, name: str, *, python_depends: list[str] | None = N
     d.mkdir(parents=True)
     (d / "__init__.py").write_text(body)
     kid = f"_pure_cpu_{abs(hash((str(root), name))) % 16**7:07x}"
-    Metadata(name="pure", id=kid, version=1, license="MIT", backend={"type": "cpu"},
-             python_depends=python_depends or []).write(d)
+    Metadata(
+        name="pure", id=kid, version=1, license="MIT", backend={"type": "cpu"}, python_depends=python_depends or []
+    ).write(d)
     return d
 
 
@@ -61,17 +61,31 @@ def test_unsupported_python_dependency_is_refused(tmp_path: Path) -> None:
         import_variant(d)
 
 
-@pytest.mark.parametrize("arch,cap,ok", [
-    ("9.0", (9, 0), True), ("8.0", (8, 6), True), ("8.0", (9, 0), False), ("8.0+PTX", (9, 0), True),
-    ("9.0a", (9, 0), True), ("9.0a", (10, 0), False), ("10.0", (9, 0), False), ("12.0+PTX", (9, 0), False),
-    ("10.0f", (10, 3), True), ("12.0f", (12, 1), True), ("10.0f", (12, 0), False), ("10.0a", (10, 3), False),
-])
+@pytest.mark.parametrize(
+    "arch,cap,ok",
+    [
+        ("9.0", (9, 0), True),
+        ("8.0", (8, 6), True),
+        ("8.0", (9, 0), False),
+        ("8.0+PTX", (9, 0), True),
+        ("9.0a", (9, 0), True),
+        ("9.0a", (10, 0), False),
+        ("10.0", (9, 0), False),
+        ("12.0+PTX", (9, 0), False),
+        ("10.0f", (10, 3), True),
+        ("12.0f", (12, 1), True),
+        ("10.0f", (12, 0), False),
+        ("10.0a", (10, 3), False),
+    ],
+)
 def test_arch_compatibility(arch: str, cap: tuple[int, int], ok: bool) -> None:
     assert cuda_arch_supports(arch, cap) is ok
 
 
 def test_capability_mismatch_is_a_readable_error() -> None:
-    meta = Metadata(name="k", id="_k_cuda_1a2b3c4", version=1, license="MIT", backend={"type": "cuda", "archs": ["9.0"]})
+    meta = Metadata(
+        name="k", id="_k_cuda_1a2b3c4", version=1, license="MIT", backend={"type": "cuda", "archs": ["9.0"]}
+    )
     ampere = System((2, 11), "cuda", (13, 0), "x86_64", "linux", capabilities=((8, 6),))
     with pytest.raises(KernelLoadError, match=r"built for CUDA capabilities 9\.0, but the GPUs here are 8\.6"):
         check_capability(meta, ampere)
@@ -102,8 +116,16 @@ def test_a_variant_that_needs_a_newer_kernels_release_is_refused(tmp_path: Path)
 
 
 def test_metadata_round_trips_unknown_keys(tmp_path: Path) -> None:
-    raw = {"name": "x", "id": "_x_cpu_1a2b3c4", "version": 2, "license": "MIT", "python-depends": [], "kernel-depends": [],
-           "backend": {"type": "cpu"}, "future-key": {"a": 1}}
+    raw = {
+        "name": "x",
+        "id": "_x_cpu_1a2b3c4",
+        "version": 2,
+        "license": "MIT",
+        "python-depends": [],
+        "kernel-depends": [],
+        "backend": {"type": "cpu"},
+        "future-key": {"a": 1},
+    }
     (tmp_path / "metadata.json").write_text(json.dumps(raw))
     meta = Metadata.read(tmp_path)
     assert meta.to_dict() == raw

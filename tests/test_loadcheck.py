@@ -52,9 +52,11 @@ def _probe_kernel(root: Path, *, backend: str, call: str, declare: str) -> Path:
     export = 'extern "C" __attribute__((visibility("default")))'
     body = f"{declare}\n{export} long probe_call() {{ return (long)({call}); }}\n"
     (root / "probe" / f"probe.{suffix}").write_text(body)
-    (root / "torch-ext" / "torch_binding.cpp").write_text('#include "registration.h"\n'
-                                                          "REGISTER_EXTENSION(TORCH_EXTENSION_NAME)\n")
-    (root / "build.toml").write_text(textwrap.dedent(f"""\
+    (root / "torch-ext" / "torch_binding.cpp").write_text(
+        '#include "registration.h"\nREGISTER_EXTENSION(TORCH_EXTENSION_NAME)\n'
+    )
+    (root / "build.toml").write_text(
+        textwrap.dedent(f"""\
         [general]
         name = "loadcheck-probe"
         version = 1
@@ -71,37 +73,50 @@ def _probe_kernel(root: Path, *, backend: str, call: str, declare: str) -> Path:
         depends = ["torch"]
         src = ["probe/probe.{suffix}"]
         {'cuda-capabilities = ["9.0"]' if backend == "cuda" else ""}
-        """))
+        """)
+    )
     return root
 
 
 def test_a_call_only_newer_torches_export_fails_the_build_naming_the_torches_that_lack_it(tmp_path):
-    kernel = _probe_kernel(tmp_path, backend="cpu", call="torch_from_blob()",
-                           declare='extern "C" int torch_from_blob();')
+    kernel = _probe_kernel(
+        tmp_path, backend="cpu", call="torch_from_blob()", declare='extern "C" int torch_from_blob();'
+    )
     with pytest.raises(BuildError) as failed:
         build(kernel, quiet=True)
     lines = [line for line in str(failed.value).splitlines() if "torch_from_blob, which no library" in line]
     assert len(lines) == 1, str(failed.value)
-    assert lines[0].endswith("torch exports it from 2.11 on: raise [torch] stable-abi to 2.11 or avoid the call "
-                             "(torch 2.10)"), lines[0]
+    assert lines[0].endswith(
+        "torch exports it from 2.11 on: raise [torch] stable-abi to 2.11 or avoid the call (torch 2.10)"
+    ), lines[0]
     assert not (kernel / "build").exists() or not any((kernel / "build").glob("torch-*"))  # nothing half published
 
 
 def test_a_cuda_call_without_libtorch_cuda_in_dt_needed_fails_the_build(tmp_path):
-    kernel = _probe_kernel(tmp_path, backend="cpu", call="aoti_torch_get_current_cuda_stream(0, 0)",
-                           declare='extern "C" int aoti_torch_get_current_cuda_stream(int, void**);')
+    kernel = _probe_kernel(
+        tmp_path,
+        backend="cpu",
+        call="aoti_torch_get_current_cuda_stream(0, 0)",
+        declare='extern "C" int aoti_torch_get_current_cuda_stream(int, void**);',
+    )
     with pytest.raises(BuildError) as failed:
         build(kernel, quiet=True)
-    assert ("calls aoti_torch_get_current_cuda_stream, exported by libtorch_cuda.so, which "
-            in str(failed.value)), str(failed.value)
-    assert "does not list in DT_NEEDED: link it (-ltorch_cuda) (torch 2.10, 2.11, 2.12, 2.13, 2.14, 2.15)" \
-        in str(failed.value)
+    assert "calls aoti_torch_get_current_cuda_stream, exported by libtorch_cuda.so, which " in str(failed.value), str(
+        failed.value
+    )
+    assert "does not list in DT_NEEDED: link it (-ltorch_cuda) (torch 2.10, 2.11, 2.12, 2.13, 2.14, 2.15)" in str(
+        failed.value
+    )
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit) to compile a .cu source")
 def test_a_stable_cuda_variant_built_with_a_cpu_torch_links_libtorch_cuda_and_loads_on_every_torch(tmp_path):
-    kernel = _probe_kernel(tmp_path, backend="cuda", call="aoti_torch_get_current_cuda_stream(0, 0)",
-                           declare='extern "C" int aoti_torch_get_current_cuda_stream(int, void**);')
+    kernel = _probe_kernel(
+        tmp_path,
+        backend="cuda",
+        call="aoti_torch_get_current_cuda_stream(0, 0)",
+        declare='extern "C" int aoti_torch_get_current_cuda_stream(int, void**);',
+    )
     result = build(kernel, backend="cuda", quiet=True)
     assert result.variant.kind == "stable-abi" and result.variant.backend == "cuda"
     (so,) = result.path.glob("*.abi3.so")
@@ -120,8 +135,15 @@ def _cc(tmp_path: Path, name: str, source: str, *args: str, cxx: bool = False) -
 def test_a_library_that_neither_torch_nor_the_system_provides_is_named(tmp_path):
     lib = _cc(tmp_path, "libfoo", "int foo(void) { return 1; }", "-Wl,-soname,libfoo.so.1")
     stubs = write_link_stubs(tmp_path / "stubs", shipped_tables()[0], ("libtorch_cpu.so",))
-    so = _cc(tmp_path, "probe", "int foo(void); int probe(void) { return foo(); }", f"-L{tmp_path}", "-l:libfoo.so",
-             f"-L{stubs}", "-ltorch_cpu")
+    so = _cc(
+        tmp_path,
+        "probe",
+        "int foo(void); int probe(void) { return foo(); }",
+        f"-L{tmp_path}",
+        "-l:libfoo.so",
+        f"-L{stubs}",
+        "-ltorch_cpu",
+    )
     problems = load_problems(so, STABLE_CPU, shipped_tables())
     assert lib.is_file()
     assert any("needs libfoo.so.1, which neither torch nor a manylinux_2_28 system provides" in p for p in problems)
@@ -129,15 +151,19 @@ def test_a_library_that_neither_torch_nor_the_system_provides_is_named(tmp_path)
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 def test_a_libstdcxx_symbol_newer_than_manylinux_2_28_is_a_platform_finding_with_its_version(tmp_path):
-    source = ('#include <sstream>\n#include <string>\n'
-              'std::string probe(int x) { std::stringstream ss; ss << x; return std::move(ss).str(); }\n')
+    source = (
+        "#include <sstream>\n#include <string>\n"
+        "std::string probe(int x) { std::stringstream ss; ss << x; return std::move(ss).str(); }\n"
+    )
     so = _cc(tmp_path, "probe", source, "-std=c++20", cxx=True)
     if not any(u.version == "GLIBCXX_3.4.29" for u in read_elf(so).undefined):
         pytest.skip("this libstdc++ inlines std::stringbuf::str() &&, so there is nothing to plant")
     found = check_module(so, STABLE_CPU, shipped_tables())
     assert not found.problems  # it loads on every torch; on systems older than its libstdc++ it does not
-    assert any("at GLIBCXX_3.4.29 from libstdc++.so.6, newer than manylinux_2_28 guarantees (GLIBCXX_3.4.24)" in p
-               for p in found.platform), found
+    assert any(
+        "at GLIBCXX_3.4.29 from libstdc++.so.6, newer than manylinux_2_28 guarantees (GLIBCXX_3.4.24)" in p
+        for p in found.platform
+    ), found
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import make_kernel, new_repo, run_python
 
 from hubkernels import cli
 from hubkernels.errors import DigestError, UsageError
@@ -16,7 +17,6 @@ from hubkernels.fetch.locked import install_locked, load_locked, lock, lock_proj
 from hubkernels.lock import LockFileError, digests_path, read_lock, write_lock
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
-from helpers import make_kernel, new_repo, run_python
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,9 @@ def test_lock_records_commit_and_every_variant(kernel, tmp_path: Path) -> None:
     repo_id, root, commit = kernel
     out = tmp_path / "kernels.lock"
     lock([f"{repo_id}@v1"], out, cache_dir=tmp_path / "cache")
-    assert json.loads(out.read_text()) == \
-        [{"dependency": {"repo-id": repo_id, "version": 1}, "lock": {"commit": commit}}]
+    assert json.loads(out.read_text()) == [
+        {"dependency": {"repo-id": repo_id, "version": 1}, "lock": {"commit": commit}}
+    ]
     digests = json.loads(digests_path(out).read_text())
     assert digests["hubkernels_digests"] == 1 and list(digests["kernels"]) == [repo_id]
     entry = digests["kernels"][repo_id]
@@ -75,8 +76,10 @@ def test_locked_warm_load_in_a_new_process_makes_no_request(hub, kernel, tmp_pat
     lock([f"{repo_id}@v1"], lockfile, cache_dir=tmp_path / "cache")
     load_locked(repo_id, lockfile=lockfile, cache_dir=tmp_path / "cache")
     hub.reset_requests()
-    out = run_python(f"import hubkernels.lock as l; print(l.load_locked({repo_id!r}, lockfile={str(lockfile)!r}).VALUE)",
-                     tmp_path / "cache")
+    out = run_python(
+        f"import hubkernels.lock as l; print(l.load_locked({repo_id!r}, lockfile={str(lockfile)!r}).VALUE)",
+        tmp_path / "cache",
+    )
     assert out.stdout.strip() == "10" and hub.requests() == []
 
 
@@ -121,16 +124,39 @@ def test_older_lock_formats_still_load(kernel, tmp_path: Path) -> None:
     repo_id, root, commit = kernel
     meta = (root / "build" / "torch-cpu" / "metadata.json").read_bytes()
     ours_v1 = tmp_path / "format1.lock"
-    ours_v1.write_text(json.dumps({"hubkernels_lock": 1, "kernels": [{
-        "repo_id": repo_id, "version": None, "revision": None, "commit": commit,
-        "variants": {"torch-cpu": {"metadata_sha256": hashlib.sha256(meta).hexdigest(), "files": {}}}}]}))
+    ours_v1.write_text(
+        json.dumps(
+            {
+                "hubkernels_lock": 1,
+                "kernels": [
+                    {
+                        "repo_id": repo_id,
+                        "version": None,
+                        "revision": None,
+                        "commit": commit,
+                        "variants": {"torch-cpu": {"metadata_sha256": hashlib.sha256(meta).hexdigest(), "files": {}}},
+                    }
+                ],
+            }
+        )
+    )
     assert load_locked(repo_id, lockfile=ours_v1, cache_dir=tmp_path / "c").VALUE == 10
     write_lock(tmp_path / "migrated.lock", read_lock(ours_v1).values())  # "the newest" is kept as the commit
-    assert json.loads((tmp_path / "migrated.lock").read_text()) == \
-        [{"dependency": {"repo-id": repo_id, "revision": commit}, "lock": {"commit": commit}}]
+    assert json.loads((tmp_path / "migrated.lock").read_text()) == [
+        {"dependency": {"repo-id": repo_id, "revision": commit}, "lock": {"commit": commit}}
+    ]
     pre017 = tmp_path / "pre017.lock"  # what kernels wrote before 0.17: a commit per repo and per-variant hashes
-    pre017.write_text(json.dumps([{"repo_id": repo_id, "sha": commit, "variants": {
-        "torch-cpu": {"hash": "sha256-00", "hash_type": "git_lfs_concat"}}}]))
+    pre017.write_text(
+        json.dumps(
+            [
+                {
+                    "repo_id": repo_id,
+                    "sha": commit,
+                    "variants": {"torch-cpu": {"hash": "sha256-00", "hash_type": "git_lfs_concat"}},
+                }
+            ]
+        )
+    )
     assert read_lock(pre017)[repo_id].commit == commit
     assert load_locked(repo_id, lockfile=pre017, cache_dir=tmp_path / "c").VALUE == 10
 

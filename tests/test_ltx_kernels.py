@@ -19,13 +19,11 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+import ltx_reference as ref
 import pytest
 import torch
-from torch import nn
-
 from ltx_reference import rope_freqs
-
-import ltx_reference as ref
+from torch import nn
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 HIDDEN = [1, 17, 127, 2048, 2050, 4096]  # 1, odd, below/above a vector, LTX-2B width, + a tail, 13B width
@@ -36,8 +34,9 @@ FORMS = ["batch", "token", "unbind_batch", "unbind_token"]
 
 DEVICES = [
     "cpu",
-    pytest.param("cuda", marks=[pytest.mark.gpu,
-                                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]),
+    pytest.param(
+        "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+    ),
 ]
 
 _backend_ok: dict[str, bool] = {}
@@ -91,8 +90,11 @@ class Rand:
         assert actual.dtype == dtype, f"output dtype {actual.dtype}, expected {dtype}"
         assert actual.shape == expected.shape
         torch.testing.assert_close(
-            actual.double(), expected.to(actual.device), **ref.tolerance(dtype),
-            msg=lambda m: f"{m}\n(seed {self.seed}; replay with LTX_TEST_SEED={self.seed})")
+            actual.double(),
+            expected.to(actual.device),
+            **ref.tolerance(dtype),
+            msg=lambda m: f"{m}\n(seed {self.seed}; replay with LTX_TEST_SEED={self.seed})",
+        )
 
 
 @pytest.fixture
@@ -119,8 +121,7 @@ def fresh(out: torch.Tensor, *inputs: torch.Tensor) -> None:
         assert out.untyped_storage().data_ptr() != t.untyped_storage().data_ptr()
 
 
-def modulation(rand: Rand, form: str, b: int, s: int, d: int, dtype: torch.dtype,
-               count: int) -> list[torch.Tensor]:
+def modulation(rand: Rand, form: str, b: int, s: int, d: int, dtype: torch.dtype, count: int) -> list[torch.Tensor]:
     """`count` modulation tensors for x of shape [b, s, d], laid out as `form`."""
     if form == "batch":
         return [rand.normal(b, 1, d, dtype=dtype, std=0.5) for _ in range(count)]
@@ -199,8 +200,7 @@ def test_add_rms_norm_modulate_matches_reference(ltx, rand: Rand, dtype, dim, fo
 @pytest.mark.parametrize("dim", [17, 2048, 2050])
 @pytest.mark.parametrize("gate_form", GATES, ids=lambda g: f"gate_{g}")
 @pytest.mark.parametrize("with_weight", [False, True], ids=["no_weight", "weight"])
-def test_add_rms_norm_modulate_equals_the_unfused_ops_bit_for_bit(ltx, rand: Rand, dtype, dim, gate_form,
-                                                                  with_weight):
+def test_add_rms_norm_modulate_equals_the_unfused_ops_bit_for_bit(ltx, rand: Rand, dtype, dim, gate_form, with_weight):
     """The fused op is a drop-in for `x + y` (or gated_residual) followed by rms_norm_modulate on the
     same device: h is rounded once as they round it, and the norm reads the rounded h in the same order."""
     b, s = rows_for(dim)
@@ -257,8 +257,11 @@ def test_gelu_tanh_over_the_whole_range(ltx, device, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_gelu_tanh_of_infinities_and_nan(ltx, device, dtype):
     """gelu's limits: -inf gives 0 (not -inf * 0 = NaN), +inf gives +inf, NaN stays NaN."""
-    x = torch.tensor([-float("inf"), float("inf"), float("nan"), -1e4 if dtype != torch.float16 else -6e4],
-                     dtype=dtype, device=device)
+    x = torch.tensor(
+        [-float("inf"), float("inf"), float("nan"), -1e4 if dtype != torch.float16 else -6e4],
+        dtype=dtype,
+        device=device,
+    )
     out = ltx.gelu_tanh(x).double().cpu()
     assert out[0] == 0 and out[1] == float("inf") and out[2].isnan() and out[3] == 0
 
@@ -341,13 +344,21 @@ def test_qk_rms_norm_rope_grid_rejects_bad_positions(ltx, dev):
     freqs = _t(2, device=dev)
     with pytest.raises(RuntimeError, match=r"pos has shape \[2, 3, 2\] but must be \[2, 3, 3\] \(positions"):
         ltx.qk_rms_norm_rope_grid(x, x, w, w, _t(2, 3, 2, device=dev), freqs)
-    with pytest.raises(RuntimeError, match=r"pos has dtype torch.float16 but positions .* are float32; pass pos.float\(\)"):
+    with pytest.raises(
+        RuntimeError, match=r"pos has dtype torch.float16 but positions .* are float32; pass pos.float\(\)"
+    ):
         ltx.qk_rms_norm_rope_grid(x, x, w, w, _t(2, 3, 3, dtype=torch.float16, device=dev), freqs)
     with pytest.raises(RuntimeError, match=r"freqs has shape \[3\] but must be \[2\] \(RoPE frequencies"):
         ltx.qk_rms_norm_rope_grid(x, x, w, w, _t(2, 3, 3, device=dev), _t(3, device=dev))
     with pytest.raises(RuntimeError, match=r"must be even"):
-        ltx.qk_rms_norm_rope_grid(_t(2, 3, 13, device=dev), _t(2, 3, 13, device=dev), _t(13, device=dev),
-                                  _t(13, device=dev), _t(2, 3, 3, device=dev), freqs)
+        ltx.qk_rms_norm_rope_grid(
+            _t(2, 3, 13, device=dev),
+            _t(2, 3, 13, device=dev),
+            _t(13, device=dev),
+            _t(13, device=dev),
+            _t(2, 3, 3, device=dev),
+            freqs,
+        )
 
 
 def test_qk_rms_norm_rope_grid_compiles_with_its_positions_op(ltx):
@@ -375,13 +386,19 @@ def test_modulation_layouts_that_need_a_copy(ltx, rand: Rand, dtype):
     per_batch = rand.normal(b, 1, d, dtype=dtype, std=0.5)
     per_token = rand.normal(b, s, d, dtype=dtype, std=0.5)
     every_other = rand.normal(b, 1, 2 * d, dtype=dtype, std=0.5)[..., ::2]
-    for scale, shift in ((per_batch, per_token), (per_token, per_batch), (every_other, per_batch),
-                         (per_token, every_other)):
+    for scale, shift in (
+        (per_batch, per_token),
+        (per_token, per_batch),
+        (every_other, per_batch),
+        (per_token, every_other),
+    ):
         rand.check(ltx.rms_norm_modulate(x, scale, shift), ref.rms_norm_modulate(x, scale, shift), dtype)
     rand.check(ltx.gated_residual(x, x, every_other), ref.gated_residual(x, x, every_other), dtype)
     for gate in (every_other, per_token):
-        for got, want in zip(ltx.add_rms_norm_modulate(x, per_token, every_other, per_batch, gate),
-                             ref.add_rms_norm_modulate(x, per_token, every_other, per_batch, gate)):
+        for got, want in zip(
+            ltx.add_rms_norm_modulate(x, per_token, every_other, per_batch, gate),
+            ref.add_rms_norm_modulate(x, per_token, every_other, per_batch, gate),
+        ):
             rand.check(got, want, dtype)
 
 
@@ -403,8 +420,9 @@ def test_unaligned_inputs(ltx, rand: Rand, dtype):
     rand.check(ltx.rms_norm_modulate(x, scale, shift, w), ref.rms_norm_modulate(x, scale, shift, w), dtype)
     rand.check(ltx.gelu_tanh(x), ref.gelu_tanh(x), dtype)
     rand.check(ltx.gated_residual(x, y, gate), ref.gated_residual(x, y, gate), dtype)
-    for got, want in zip(ltx.add_rms_norm_modulate(x, y, scale, shift, gate, w),
-                         ref.add_rms_norm_modulate(x, y, scale, shift, gate, w)):
+    for got, want in zip(
+        ltx.add_rms_norm_modulate(x, y, scale, shift, gate, w), ref.add_rms_norm_modulate(x, y, scale, shift, gate, w)
+    ):
         rand.check(got, want, dtype)
     for got, want in zip(ltx.rope_interleaved_qk(q, k, cos, sin), ref.rope_interleaved_qk(q, k, cos, sin)):
         rand.check(got, want, dtype)
@@ -481,9 +499,19 @@ def test_thread_count_does_not_change_results(ltx, rand: Rand):
         assert torch.equal(a, b)
 
 
-CPU_OPS = ("rms_norm", "rms_norm_modulate", "add_rms_norm_modulate", "rope_interleaved_qk", "gelu_tanh",
-           "gated_residual", "qk_rms_norm_rope", "qk_rms_norm_rope_grid")
-_RUNNER = re.compile(r"ltx_cpu::run_(avx512bf16|avx512|avx2|baseline)<ltx_cpu::(\w+)\(.*?operator\(\)<(?:ltx_cpu::)?(\w+)>")
+CPU_OPS = (
+    "rms_norm",
+    "rms_norm_modulate",
+    "add_rms_norm_modulate",
+    "rope_interleaved_qk",
+    "gelu_tanh",
+    "gated_residual",
+    "qk_rms_norm_rope",
+    "qk_rms_norm_rope_grid",
+)
+_RUNNER = re.compile(
+    r"ltx_cpu::run_(avx512bf16|avx512|avx2|baseline)<ltx_cpu::(\w+)\(.*?operator\(\)<(?:ltx_cpu::)?(\w+)>"
+)
 
 
 def test_cpu_ops_are_compiled_once_per_isa(ltx):
@@ -494,14 +522,22 @@ def test_cpu_ops_are_compiled_once_per_isa(ltx):
     if nm is None or platform.machine() != "x86_64":
         pytest.skip("needs binutils' nm on x86_64")
     (so,) = Path(ltx.__file__).parent.glob("*.so")
-    symbols = subprocess.run([nm, "-C", "--defined-only", str(so)], capture_output=True, text=True,
-                             check=True).stdout
-    text = [line.split(" ", 2)[2] for line in symbols.splitlines()
-            if "ltx_cpu::" in line and line.split(" ", 2)[1] in "tTwW"]
+    symbols = subprocess.run([nm, "-C", "--defined-only", str(so)], capture_output=True, text=True, check=True).stdout
+    text = [
+        line.split(" ", 2)[2]
+        for line in symbols.splitlines()
+        if "ltx_cpu::" in line and line.split(" ", 2)[1] in "tTwW"
+    ]
     runners = {m.groups() for m in map(_RUNNER.search, text) if m}
-    assert runners == ({(isa, op, t) for isa in ("avx512", "avx2", "baseline") for op in CPU_OPS
-                        for t in ("float", "BFloat16", "Half", "double")}
-                       | {("avx512bf16", op, "BFloat16") for op in CPU_OPS})
+    assert runners == (
+        {
+            (isa, op, t)
+            for isa in ("avx512", "avx2", "baseline")
+            for op in CPU_OPS
+            for t in ("float", "BFloat16", "Half", "double")
+        }
+        | {("avx512bf16", op, "BFloat16") for op in CPU_OPS}
+    )
     entry = set(CPU_OPS) | {"prefer_huge_pages", "stream_outputs", "cpu_has_avx512bf16"}
     functions = [(name, re.match(r"(?:\w+ )?ltx_cpu::(\w+)\(", name)) for name in text if not _RUNNER.search(name)]
     out_of_line = [name for name, m in functions if m is None or m.group(1) not in entry]
@@ -531,17 +567,20 @@ def test_streamed_outputs_equal_small_unstreamed_calls_bit_for_bit(ltx, dtype):
     y = torch.randn(1, rows, dim, generator=gen).to(dtype)
     row = (0.1 * torch.randn(1, 1, dim, generator=gen)).to(dtype)
     w = (1 + 0.1 * torch.randn(dim, generator=gen)).to(dtype)
-    ops = {"rms_norm": lambda a, b: ltx.rms_norm(a, w, 1e-6),
-           "rms_norm_modulate": lambda a, b: ltx.rms_norm_modulate(a, row, row, None, 1e-6),
-           "add_rms_norm_modulate": lambda a, b: ltx.add_rms_norm_modulate(a, b, row, row, row, w, 1e-6),
-           "gelu_tanh": lambda a, b: ltx.gelu_tanh(a),
-           "gated_residual": lambda a, b: ltx.gated_residual(a, b, row)}
+    ops = {
+        "rms_norm": lambda a, b: ltx.rms_norm(a, w, 1e-6),
+        "rms_norm_modulate": lambda a, b: ltx.rms_norm_modulate(a, row, row, None, 1e-6),
+        "add_rms_norm_modulate": lambda a, b: ltx.add_rms_norm_modulate(a, b, row, row, row, w, 1e-6),
+        "gelu_tanh": lambda a, b: ltx.gelu_tanh(a),
+        "gated_residual": lambda a, b: ltx.gated_residual(a, b, row),
+    }
+
     def outputs(got):  # type: ignore[no-untyped-def]
         return got if isinstance(got, tuple) else (got,)
 
     for name, op in ops.items():
         big = outputs(op(x, y))
-        small = [outputs(op(x[:, i:i + 32].contiguous(), y[:, i:i + 32].contiguous())) for i in range(0, rows, 32)]
+        small = [outputs(op(x[:, i : i + 32].contiguous(), y[:, i : i + 32].contiguous())) for i in range(0, rows, 32)]
         for n, b in enumerate(big):
             assert torch.equal(b, torch.cat([s[n] for s in small], dim=1)), name
 
@@ -556,8 +595,21 @@ def test_every_isa_compilation_converts_like_the_scalar_code(tmp_path):
         pytest.skip("needs a C++ compiler")
     root = Path(__file__).resolve().parent.parent
     exe = tmp_path / "vec_isa_check"
-    subprocess.run([cxx, "-std=c++20", "-O2", "-fno-trapping-math", "-Wno-psabi", f"-I{root / 'kernel_src/ltx_cpu'}",
-                    str(root / "tests/cpp/vec_isa_check.cpp"), "-o", str(exe)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            cxx,
+            "-std=c++20",
+            "-O2",
+            "-fno-trapping-math",
+            "-Wno-psabi",
+            f"-I{root / 'kernel_src/ltx_cpu'}",
+            str(root / "tests/cpp/vec_isa_check.cpp"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+        capture_output=True,
+    )
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "ok baseline" in run.stdout and "FAIL" not in run.stdout, run.stdout
     if platform.machine() == "x86_64":
@@ -578,7 +630,9 @@ def _t(*shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> 
 @pytest.mark.parametrize("dev", ERROR_DEVICES)
 def test_dtype_mismatch_says_how_to_fix(ltx, dev):
     x = _t(2, 3, 16, dtype=torch.bfloat16, device=dev)
-    with pytest.raises(RuntimeError, match=r"ltx_kernels.rms_norm: weight has dtype .* but x has .*pass weight.to\(x.dtype\)"):
+    with pytest.raises(
+        RuntimeError, match=r"ltx_kernels.rms_norm: weight has dtype .* but x has .*pass weight.to\(x.dtype\)"
+    ):
         ltx.rms_norm(x, _t(16, device=dev))
     with pytest.raises(RuntimeError, match=r"ltx_kernels.gated_residual: gate has dtype"):
         ltx.gated_residual(x, x, _t(2, 1, 16, device=dev))
@@ -600,7 +654,9 @@ def test_shape_mismatch_is_rejected(ltx, dev):
     x = _t(2, 3, 16, device=dev)
     with pytest.raises(RuntimeError, match=r"weight has shape \[17\] but must be \[16\]"):
         ltx.rms_norm(x, _t(17, device=dev))
-    with pytest.raises(RuntimeError, match=r"scale has shape \[2, 2, 16\] but x is \[2, 3, 16\]; scale must be \[B,1,D\]"):
+    with pytest.raises(
+        RuntimeError, match=r"scale has shape \[2, 2, 16\] but x is \[2, 3, 16\]; scale must be \[B,1,D\]"
+    ):
         ltx.rms_norm_modulate(x, _t(2, 2, 16, device=dev), _t(2, 1, 16, device=dev))
     with pytest.raises(RuntimeError, match=r"x must be \[batch, tokens, hidden\]"):
         ltx.gated_residual(_t(6, 16, device=dev), _t(6, 16, device=dev), _t(6, 16, device=dev))
@@ -609,7 +665,9 @@ def test_shape_mismatch_is_rejected(ltx, dev):
     row = _t(2, 1, 16, device=dev)
     with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: y has shape \[2, 4, 16\] but x is \[2, 3, 16\]"):
         ltx.add_rms_norm_modulate(x, _t(2, 4, 16, device=dev), row, row)
-    with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: gate has shape \[2, 2, 16\] .* gate must be \[B,1,D\]"):
+    with pytest.raises(
+        RuntimeError, match=r"add_rms_norm_modulate: gate has shape \[2, 2, 16\] .* gate must be \[B,1,D\]"
+    ):
         ltx.add_rms_norm_modulate(x, x, row, row, _t(2, 2, 16, device=dev))
     with pytest.raises(RuntimeError, match=r"add_rms_norm_modulate: shift has shape \[2, 1, 8\]"):
         ltx.add_rms_norm_modulate(x, x, row, _t(2, 1, 8, device=dev))
@@ -697,8 +755,19 @@ def test_torch_compile_fullgraph_matches_eager_without_recompiling(ltx):
         ada = r.normal(2, 1, 6, 64, std=0.5)
         shift, scale, gate = ada.unbind(2)[:3]
         cos, sin = r.cos_sin(2, 8, 64)
-        return (r.normal(2, 8, 64), scale, shift, gate, r.normal(2, 8, 64), r.normal(2, 8, 64),
-                r.normal(64), r.normal(64), cos, sin, r.normal(2, 8, 256))
+        return (
+            r.normal(2, 8, 64),
+            scale,
+            shift,
+            gate,
+            r.normal(2, 8, 64),
+            r.normal(2, 8, 64),
+            r.normal(64),
+            r.normal(64),
+            cos,
+            sin,
+            r.normal(2, 8, 256),
+        )
 
     torch._dynamo.reset()
     compiled = torch.compile(block, fullgraph=True)
@@ -714,6 +783,7 @@ def test_torch_compile_fullgraph_matches_eager_without_recompiling(ltx):
 
 def test_torch_compile_backward_matches_eager(ltx):
     """Training under torch.compile: the registered backward traces too, and gives eager's gradients."""
+
     def block(x, ada, w):
         shift, scale, gate = ada.unbind(2)[:3]
         h = ltx.gelu_tanh(ltx.rms_norm_modulate(x, scale, shift, w))
@@ -721,8 +791,11 @@ def test_torch_compile_backward_matches_eager(ltx):
         return ltx.gated_residual(x, h, gate).square().sum() + ltx.rms_norm(x, w).sum() + (res * normed).sum()
 
     r = Rand(secrets.randbits(62), "cpu")
-    args = [r.normal(2, 4, 32).requires_grad_(), r.normal(2, 1, 6, 32, std=0.5).requires_grad_(),
-            r.normal(32).requires_grad_()]
+    args = [
+        r.normal(2, 4, 32).requires_grad_(),
+        r.normal(2, 1, 6, 32, std=0.5).requires_grad_(),
+        r.normal(32).requires_grad_(),
+    ]
     torch._dynamo.reset()
     want = torch.autograd.grad(block(*args), args)
     got = torch.autograd.grad(torch.compile(block, fullgraph=True)(*args), args)
@@ -770,8 +843,9 @@ def test_add_rms_norm_modulate_gradcheck(ltx, gate_form, with_weight):
     x, y, scale, shift, gate, w = _grad_inputs((2, 3, 7), (2, 3, 7), (2, 1, 7), (2, 3, 7), (2, t, 7), (7,))
 
     def fn(x, y, scale, shift, gate, w):
-        return ltx.add_rms_norm_modulate(x, y, scale, shift, gate if gate_form else None,
-                                         w if with_weight else None, eps=1e-6)
+        return ltx.add_rms_norm_modulate(
+            x, y, scale, shift, gate if gate_form else None, w if with_weight else None, eps=1e-6
+        )
 
     assert torch.autograd.gradcheck(fn, (x, y, scale, shift, gate, w))
 
@@ -779,7 +853,8 @@ def test_add_rms_norm_modulate_gradcheck(ltx, gate_form, with_weight):
 def test_add_rms_norm_modulate_gradcheck_through_unbind_views(ltx):
     x, y, ada = _grad_inputs((2, 3, 7), (2, 3, 7), (2, 1, 6, 7))
     assert torch.autograd.gradcheck(
-        lambda x, y, ada: ltx.add_rms_norm_modulate(x, y, ada[:, :, 1], ada[:, :, 0], ada[:, :, 2]), (x, y, ada))
+        lambda x, y, ada: ltx.add_rms_norm_modulate(x, y, ada[:, :, 1], ada[:, :, 0], ada[:, :, 2]), (x, y, ada)
+    )
 
 
 def test_gelu_tanh_gradcheck(ltx):
@@ -920,8 +995,12 @@ def test_layers_trace_under_torch_compile(ltx):
 
     seed = secrets.randbits(62)
     torch.manual_seed(seed)
-    model = nn.Sequential(RMSNorm(32, eps=1e-6, elementwise_affine=False), GELU(32, 64, approximate="tanh"),
-                          nn.RMSNorm(64, eps=None), nn.GELU(approximate="tanh"))
+    model = nn.Sequential(
+        RMSNorm(32, eps=1e-6, elementwise_affine=False),
+        GELU(32, 64, approximate="tanh"),
+        nn.RMSNorm(64, eps=None),
+        nn.GELU(approximate="tanh"),
+    )
     x = Rand(seed, "cpu").normal(2, 3, 32)
     with torch.no_grad():
         want = model(x)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from hubkernels.config import load_config
 from hubkernels.build.symbols import shipped_tables
+from hubkernels.config import load_config
 from hubkernels.matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan, run_matrix
 from hubkernels.toolchain import ToolchainUnavailable, cuda_home, toolchain
 
@@ -32,8 +32,9 @@ MINI = FIXTURES / "mini"
 
 def _cli(*args: str, env: dict[str, str] | None = None, timeout: int = 3000) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "hubkernels", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hubkernels", *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
 
 
 # -- planning: which variants a matrix builds ------------------------------------------------------------------
@@ -59,7 +60,7 @@ def test_a_stable_abi_kernel_gets_one_variant_per_backend_and_cuda_version_built
 def test_torch_bounds_in_build_toml_filter_the_matrix(tmp_path: Path):
     kernel = shutil.copytree(MINI, tmp_path / "mini")
     toml = kernel / "build.toml"
-    toml.write_text(toml.read_text().replace('[torch]\n', '[torch]\nminver = "2.13"\n'))
+    toml.write_text(toml.read_text().replace("[torch]\n", '[torch]\nminver = "2.13"\n'))
     assert [j.torch for j in plan(load_config(kernel), ["2.11", "2.12", "2.13", "2.14"])] == ["2.13", "2.14"]
 
 
@@ -70,7 +71,8 @@ def test_a_version_outside_the_bounds_or_malformed_is_a_one_line_usage_error(tmp
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 def test_a_stable_cuda_variant_takes_the_toolkits_cuda_version_not_the_building_torchs():
-    from hubkernels.build.toolchain import cuda_home as build_cuda_home, nvcc_version, variant_for
+    from hubkernels.build.toolchain import cuda_home as build_cuda_home
+    from hubkernels.build.toolchain import nvcc_version, variant_for
     from hubkernels.system import System
 
     nvcc = nvcc_version(build_cuda_home())
@@ -79,8 +81,9 @@ def test_a_stable_cuda_variant_takes_the_toolkits_cuda_version_not_the_building_
     assert str(variant) == f"torch-stable-abi210-cu{nvcc[0]}{nvcc[1]}-x86_64-linux"
 
 
-def test_cuda_12_from_the_index_is_reported_unavailable_with_what_to_do(monkeypatch: pytest.MonkeyPatch,
-                                                                         tmp_path: Path):
+def test_cuda_12_from_the_index_is_reported_unavailable_with_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
     monkeypatch.setenv("HUBKERNELS_TOOLCHAINS", str(tmp_path))
     monkeypatch.delenv("CUDA_HOME", raising=False)
     with pytest.raises(ToolchainUnavailable, match="only ptxas"):
@@ -90,9 +93,17 @@ def test_cuda_12_from_the_index_is_reported_unavailable_with_what_to_do(monkeypa
 def test_the_table_lists_every_variant_with_its_status_time_and_size():
     from hubkernels.matrix import Job, Outcome
 
-    table = format_table([Outcome(Job("torch212-cxx11-cpu-x86_64-linux", "cpu", "2.12", None), "built", 42.0, 2048),
-                          Outcome(Job("torch-stable-abi211-cu126-x86_64-linux", "cuda", "2.13", "12.6", True),
-                                  "unavailable", 0.1, detail="CUDA 12.6: no local toolkit")])
+    table = format_table(
+        [
+            Outcome(Job("torch212-cxx11-cpu-x86_64-linux", "cpu", "2.12", None), "built", 42.0, 2048),
+            Outcome(
+                Job("torch-stable-abi211-cu126-x86_64-linux", "cuda", "2.13", "12.6", True),
+                "unavailable",
+                0.1,
+                detail="CUDA 12.6: no local toolkit",
+            ),
+        ]
+    )
     assert re.search(r"torch212-cxx11-cpu-x86_64-linux +built", table) and "42.0 s" in table and "2.0 KB" in table
     assert "torch-stable-abi211-cu126-x86_64-linux: CUDA 12.6: no local toolkit" in table
 
@@ -117,8 +128,9 @@ def test_build_for_torch_212_in_an_isolated_toolchain_and_run_it_under_torch_212
     assert re.search(r"torch212-cxx11-cpu-x86_64-linux +built", result.stdout)
     assert "[1/1]" in result.stderr  # progress on every step
     tc = toolchain("2.12")
-    run = subprocess.run([str(tc.python), "-c", _RUN_MINI, str(kernel)], capture_output=True, text=True,
-                         env=tc.env(), timeout=600)
+    run = subprocess.run(
+        [str(tc.python), "-c", _RUN_MINI, str(kernel)], capture_output=True, text=True, env=tc.env(), timeout=600
+    )
     assert run.returncode == 0, run.stderr
     info = json.loads(run.stdout.strip().splitlines()[-1])
     assert info["ok"] and info["torch"].startswith("2.12")
@@ -153,17 +165,27 @@ _RUN_LTX = textwrap.dedent("""
 @pytest.mark.slow
 @pytest.mark.parametrize("torch_version", ["2.11", "2.14"])
 def test_the_stable_abi_ltx_variant_built_once_runs_identically_under_older_and_newer_torch(
-        torch_version: str, ltx_build, tmp_path: Path):
+    torch_version: str, ltx_build, tmp_path: Path
+):
     stable = sorted((ROOT / "build").glob("torch-stable-abi*-cpu-*"))
     if not stable:
         pytest.skip("ltx-kernels has no stable-ABI CPU variant in build/ ([torch] stable-abi is not set)")
     variant = stable[-1]
     here, there = tmp_path / "here.pt", tmp_path / "there.pt"
-    subprocess.run([sys.executable, "-c", _RUN_LTX, str(variant), str(here)], check=True, timeout=600,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        [sys.executable, "-c", _RUN_LTX, str(variant), str(here)],
+        check=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     tc = toolchain(torch_version)
-    run = subprocess.run([str(tc.python), "-c", _RUN_LTX, str(variant), str(there)], capture_output=True, text=True,
-                         env=tc.env(), timeout=600)
+    run = subprocess.run(
+        [str(tc.python), "-c", _RUN_LTX, str(variant), str(there)],
+        capture_output=True,
+        text=True,
+        env=tc.env(),
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1].startswith(torch_version)
     import torch

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import make_kernel, new_repo, remote_files
 
 from hubkernels import cli
 from hubkernels.errors import UsageError
 from hubkernels.metadata import Metadata
 from hubkernels.publish import PublishError, _batches, package_api, upload
-from helpers import make_kernel, new_repo, remote_files
 
 
 def hf_api():
@@ -30,8 +30,12 @@ def test_upload_publishes_branch_card_and_tag_seen_by_huggingface_hub(hub, tmp_p
     repo_id = new_repo()
     root = make_kernel(tmp_path / "k", backends=("cpu", "cuda"), repo_id=repo_id)
     result = upload(root)  # repo id from [general.hub]
-    assert (result.repo_id, result.branch, result.variants, result.changed) == \
-        (repo_id, "v1", ("torch-cpu", "torch-cuda"), True)
+    assert (result.repo_id, result.branch, result.variants, result.changed) == (
+        repo_id,
+        "v1",
+        ("torch-cpu", "torch-cuda"),
+        True,
+    )
 
     refs = hf_api().list_repo_refs(repo_id, repo_type="kernel")
     branches = {b.name: b.target_commit for b in refs.branches}
@@ -45,8 +49,9 @@ def test_upload_publishes_branch_card_and_tag_seen_by_huggingface_hub(hub, tmp_p
         assert sorted(p.name for p in (snap / "build" / variant).iterdir()) == sorted(p.name for p in local.iterdir())
         assert (snap / "build" / variant / "metadata.json").read_bytes() == (local / "metadata.json").read_bytes()
 
-    card = Path(hf_hub_download(repo_id, "README.md", repo_type="kernel", revision="main",
-                                cache_dir=tmp_path / "cache")).read_text()
+    card = Path(
+        hf_hub_download(repo_id, "README.md", repo_type="kernel", revision="main", cache_dir=tmp_path / "cache")
+    ).read_text()
     assert card.startswith("---\nlicense: apache-2.0\n")
     assert f'get_kernel("{repo_id}", version=1)' in card
     assert "| `double` | Twice x, computed the slow way. |" in card and "| `VALUE` |" in card
@@ -161,8 +166,9 @@ def test_more_than_1000_files_are_committed_in_batches(hub, tmp_path: Path) -> N
 def test_card_api_is_read_without_importing_the_package(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text('"""Doc line."""\nraise SystemExit("imported!")\n__all__ = ["f", "g"]\n'
-                                     'def f():\n    """F does f."""\n')
+    (pkg / "__init__.py").write_text(
+        '"""Doc line."""\nraise SystemExit("imported!")\n__all__ = ["f", "g"]\ndef f():\n    """F does f."""\n'
+    )
     assert package_api(pkg) == ("Doc line.", [("f", "F does f."), ("g", "")])
 
 
@@ -204,8 +210,13 @@ def test_cli_upload_into_a_log_leaves_progress_bars_out(hub, tmp_path: Path, bar
     if bars is not None:
         env["HF_HUB_DISABLE_PROGRESS_BARS"] = bars
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-m", "hubkernels", "upload", str(root), "--repo-id", new_repo()],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "hubkernels", "upload", str(root), "--repo-id", new_repo()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     has_bars = "%|" in done.stderr or "it/s" in done.stderr or "B/s" in done.stderr
     assert has_bars == (bars == "0"), done.stderr[-2000:]
@@ -215,9 +226,11 @@ def test_a_variant_pep_825_cannot_describe_still_gets_its_artifact(hub, tmp_path
     repo_id = new_repo()
     result = upload(make_kernel(tmp_path / "k", backends=("cpu", "cuda")), repo_id=repo_id)
     wheels = sorted(p for p in remote_files(repo_id, result.commit) if p.startswith("wheels/"))
-    assert wheels == ["wheels/tiny_act-1-variants.json",
-                      "wheels/torch-cpu/tiny_act-1-py3-none-any-null.whl",
-                      "wheels/torch-cuda/tiny_act-1-py3-none-any.whl"]  # no label: only the loader reads it
+    assert wheels == [
+        "wheels/tiny_act-1-variants.json",
+        "wheels/torch-cpu/tiny_act-1-py3-none-any-null.whl",
+        "wheels/torch-cuda/tiny_act-1-py3-none-any.whl",
+    ]  # no label: only the loader reads it
 
 
 def test_upload_pushes_the_variant_wheel_and_index_in_the_layout_commit(hub, ltx_build, tmp_path: Path) -> None:
@@ -241,11 +254,15 @@ def test_upload_pushes_the_variant_wheel_and_index_in_the_layout_commit(hub, ltx
     added = set(files) - set(parent)
     wheel = f"wheels/{ltx_build.path.name}/{local.name}"
     assert {wheel, index, f"build/{ltx_build.path.name}/metadata.json"} <= added  # in the layout's commit
-    pushed = Path(hf_hub_download(repo_id, wheel, repo_type="kernel", revision=result.commit,
-                                  cache_dir=tmp_path / "cache"))
+    pushed = Path(
+        hf_hub_download(repo_id, wheel, repo_type="kernel", revision=result.commit, cache_dir=tmp_path / "cache")
+    )
     assert pushed.read_bytes() == local.read_bytes()
-    variants = json.loads(Path(hf_hub_download(repo_id, index, repo_type="kernel", revision=result.commit,
-                                               cache_dir=tmp_path / "cache")).read_text())
+    variants = json.loads(
+        Path(
+            hf_hub_download(repo_id, index, repo_type="kernel", revision=result.commit, cache_dir=tmp_path / "cache")
+        ).read_text()
+    )
     assert variants["variants"] == {"null": {}}
     variantlib = pytest.importorskip("variantlib.variants_json")
     assert "null" in variantlib.VariantsJson(variants).variants

@@ -24,6 +24,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub  # noqa: E402
 from huggingface_hub import (  # noqa: E402
     CommitOperationAdd,
     CommitOperationDelete,
@@ -41,8 +42,6 @@ from huggingface_hub.errors import (  # noqa: E402
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-
-from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = TEST_TOKEN
@@ -129,10 +128,10 @@ def test_create_repo_kernel_and_model_types_with_exist_ok(api, local_hub):
 
 
 def test_upload_folder_stores_small_files_inline_and_binaries_through_lfs(api, local_hub, kernel_repo):
-    files = {f.path: f for f in api.list_repo_tree(kernel_repo, repo_type="kernel", recursive=True)
-             if hasattr(f, "blob_id")}
-    assert set(files) == {".gitattributes", "README.md", f"{VARIANT}/__init__.py", SO_PATH,
-                          f"{VARIANT}/metadata.json"}
+    files = {
+        f.path: f for f in api.list_repo_tree(kernel_repo, repo_type="kernel", recursive=True) if hasattr(f, "blob_id")
+    }
+    assert set(files) == {".gitattributes", "README.md", f"{VARIANT}/__init__.py", SO_PATH, f"{VARIANT}/metadata.json"}
     init = files[f"{VARIANT}/__init__.py"]
     assert init.lfs is None and init.blob_id == git_blob_sha1(INIT_PY) and init.size == len(INIT_PY)
     so = files[SO_PATH]
@@ -140,8 +139,9 @@ def test_upload_folder_stores_small_files_inline_and_binaries_through_lfs(api, l
     assert so.lfs.sha256 == hashlib.sha256(SO_BYTES).hexdigest()
     # Storage is real git: the tree holds an LFS pointer, the bytes sit in the LFS store by sha256.
     git_dir = local_hub.root / "repos" / "kernels" / f"{kernel_repo}.git"
-    pointer = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "-p", f"main:{SO_PATH}"],
-                             capture_output=True, check=True).stdout.decode()
+    pointer = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "cat-file", "-p", f"main:{SO_PATH}"], capture_output=True, check=True
+    ).stdout.decode()
     assert f"oid sha256:{so.lfs.sha256}" in pointer and so.blob_id == git_blob_sha1(pointer.encode())
     assert (local_hub.root / "lfs" / so.lfs.sha256).read_bytes() == SO_BYTES
 
@@ -161,8 +161,9 @@ def test_branch_upload_refs_and_revision_info(api, kernel_repo):
         api.create_branch(kernel_repo, branch="v1", repo_type="kernel")
     assert err.value.response.status_code == 409
 
-    api.upload_file(path_or_fileobj=b"v1 only\n", path_in_repo="NOTES.txt", repo_id=kernel_repo,
-                    repo_type="kernel", revision="v1")
+    api.upload_file(
+        path_or_fileobj=b"v1 only\n", path_in_repo="NOTES.txt", repo_id=kernel_repo, repo_type="kernel", revision="v1"
+    )
     refs = api.list_repo_refs(kernel_repo, repo_type="kernel")
     branches = {b.name: b.target_commit for b in refs.branches}
     assert set(branches) == {"main", "v1"} and branches["main"] != branches["v1"]
@@ -174,15 +175,22 @@ def test_branch_upload_refs_and_revision_info(api, kernel_repo):
 
     api.create_branch(kernel_repo, branch="old", revision=branches["main"], repo_type="kernel")
     assert {b.name: b.target_commit for b in api.list_repo_refs(kernel_repo, repo_type="kernel").branches}[
-        "old"] == branches["main"]
+        "old"
+    ] == branches["main"]
     api.delete_branch(kernel_repo, branch="old", repo_type="kernel")
     assert "old" not in {b.name for b in api.list_repo_refs(kernel_repo, repo_type="kernel").branches}
 
 
 def test_branch_names_with_slashes_round_trip(api, kernel_repo, cache, local_hub):
     api.create_branch(kernel_repo, branch="release/v2", repo_type="kernel")
-    path = hf_hub_download(kernel_repo, f"{VARIANT}/__init__.py", repo_type="kernel", revision="release/v2",
-                           cache_dir=cache, endpoint=local_hub.url)
+    path = hf_hub_download(
+        kernel_repo,
+        f"{VARIANT}/__init__.py",
+        repo_type="kernel",
+        revision="release/v2",
+        cache_dir=cache,
+        endpoint=local_hub.url,
+    )
     assert Path(path).read_bytes() == INIT_PY
 
 
@@ -205,18 +213,19 @@ def test_tree_listing_recursive_and_by_path(api, kernel_repo):
 
 def test_resolve_headers_give_commit_etag_and_size(api, kernel_repo, local_hub):
     sha = api.kernel_info(kernel_repo).sha
-    so = get_hf_file_metadata(hf_hub_url(kernel_repo, SO_PATH, repo_type="kernel", endpoint=local_hub.url),
-                              token=TOKEN)
+    so = get_hf_file_metadata(hf_hub_url(kernel_repo, SO_PATH, repo_type="kernel", endpoint=local_hub.url), token=TOKEN)
     assert so.commit_hash == sha and so.size == len(SO_BYTES)
     assert so.etag == hashlib.sha256(SO_BYTES).hexdigest()  # LFS files: the sha256, as the Hub does
-    init = get_hf_file_metadata(hf_hub_url(kernel_repo, f"{VARIANT}/__init__.py", repo_type="kernel",
-                                           endpoint=local_hub.url), token=TOKEN)
+    init = get_hf_file_metadata(
+        hf_hub_url(kernel_repo, f"{VARIANT}/__init__.py", repo_type="kernel", endpoint=local_hub.url), token=TOKEN
+    )
     assert init.etag == git_blob_sha1(INIT_PY) and init.size == len(INIT_PY)
     status, headers, _ = http(hf_hub_url(kernel_repo, SO_PATH, repo_type="kernel", endpoint=local_hub.url), "HEAD")
     # The .so went up through Xet (the default client): its answer says how to download it through Xet too.
     assert status == 200 and len(headers["X-Xet-Hash"]) == 64 and 'rel="xet-auth"' in headers["Link"]
-    status, headers, _ = http(hf_hub_url(kernel_repo, f"{VARIANT}/__init__.py", repo_type="kernel",
-                                         endpoint=local_hub.url), "HEAD")
+    status, headers, _ = http(
+        hf_hub_url(kernel_repo, f"{VARIANT}/__init__.py", repo_type="kernel", endpoint=local_hub.url), "HEAD"
+    )
     assert status == 200 and not [h for h in headers if h.lower().startswith("x-xet")]  # inlined: plain HTTP
 
 
@@ -231,14 +240,16 @@ def test_download_twice_the_second_comes_from_the_cache(api, kernel_repo, local_
     local_hub.reset_requests()
     sha = api.kernel_info(kernel_repo).sha
     local_hub.reset_requests()
-    pinned = hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", revision=sha, cache_dir=cache,
-                             endpoint=local_hub.url)
+    pinned = hf_hub_download(
+        kernel_repo, SO_PATH, repo_type="kernel", revision=sha, cache_dir=cache, endpoint=local_hub.url
+    )
     assert Path(pinned).read_bytes() == SO_BYTES and local_hub.requests() == []  # a commit sha: no request
 
 
 def test_snapshot_download_with_allow_patterns(api, kernel_repo, local_hub, cache):
-    folder = snapshot_download(kernel_repo, repo_type="kernel", allow_patterns=[f"{VARIANT}/*"], cache_dir=cache,
-                               endpoint=local_hub.url)
+    folder = snapshot_download(
+        kernel_repo, repo_type="kernel", allow_patterns=[f"{VARIANT}/*"], cache_dir=cache, endpoint=local_hub.url
+    )
     got = sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*") if p.is_file())
     assert got == [f"{VARIANT}/__init__.py", SO_PATH, f"{VARIANT}/metadata.json"]
     assert Path(folder, SO_PATH).read_bytes() == SO_BYTES
@@ -264,8 +275,9 @@ def test_tags_resolve_like_branches(api, kernel_repo, local_hub, cache):
     api.create_tag(kernel_repo, tag="light", repo_type="kernel")
     tags = {t.name: t.target_commit for t in api.list_repo_refs(kernel_repo, repo_type="kernel").tags}
     assert tags == {"v1.0.0": sha, "light": sha}
-    path = hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", revision="v1.0.0", cache_dir=cache,
-                           endpoint=local_hub.url)
+    path = hf_hub_download(
+        kernel_repo, SO_PATH, repo_type="kernel", revision="v1.0.0", cache_dir=cache, endpoint=local_hub.url
+    )
     assert Path(path).read_bytes() == SO_BYTES
     with pytest.raises(HfHubHTTPError) as err:
         api.create_tag(kernel_repo, tag="light", repo_type="kernel")
@@ -280,25 +292,31 @@ def test_stale_parent_commit_is_refused_with_412(api, kernel_repo):
     base = api.kernel_info(kernel_repo).sha
     api.upload_file(path_or_fileobj=b"one\n", path_in_repo="a.txt", repo_id=kernel_repo, repo_type="kernel")
     with pytest.raises(HfHubHTTPError) as err:
-        api.create_commit(kernel_repo, [CommitOperationAdd("b.txt", b"two\n")], commit_message="late",
-                          parent_commit=base, repo_type="kernel")
+        api.create_commit(
+            kernel_repo,
+            [CommitOperationAdd("b.txt", b"two\n")],
+            commit_message="late",
+            parent_commit=base,
+            repo_type="kernel",
+        )
     assert err.value.response.status_code == 412
     assert "b.txt" not in api.list_repo_files(kernel_repo, repo_type="kernel")
 
 
 def test_delete_files_and_folders_in_a_commit(api, kernel_repo):
-    api.create_commit(kernel_repo, [CommitOperationDelete("README.md")], commit_message="drop readme",
-                      repo_type="kernel")
+    api.create_commit(
+        kernel_repo, [CommitOperationDelete("README.md")], commit_message="drop readme", repo_type="kernel"
+    )
     files = api.list_repo_files(kernel_repo, repo_type="kernel")
     assert "README.md" not in files and SO_PATH in files
-    api.create_commit(kernel_repo, [CommitOperationDelete("build/")], commit_message="drop build",
-                      repo_type="kernel")
+    api.create_commit(kernel_repo, [CommitOperationDelete("build/")], commit_message="drop build", repo_type="kernel")
     assert api.list_repo_files(kernel_repo, repo_type="kernel") == [".gitattributes"]
     with pytest.raises(EntryNotFoundError):
-        api.create_commit(kernel_repo, [CommitOperationDelete("README.md")], commit_message="again",
-                          repo_type="kernel")
+        api.create_commit(kernel_repo, [CommitOperationDelete("README.md")], commit_message="again", repo_type="kernel")
     assert [c.title for c in api.list_repo_commits(kernel_repo, repo_type="kernel")][:2] == [
-        "drop build", "drop readme"]
+        "drop build",
+        "drop readme",
+    ]
 
 
 def test_concurrent_commits_to_one_branch_all_land(api, kernel_repo):
@@ -306,8 +324,12 @@ def test_concurrent_commits_to_one_branch_all_land(api, kernel_repo):
 
     def upload(i: int) -> None:
         try:
-            api.upload_file(path_or_fileobj=f"{i}\n".encode(), path_in_repo=f"parallel/{i}.txt",
-                            repo_id=kernel_repo, repo_type="kernel")
+            api.upload_file(
+                path_or_fileobj=f"{i}\n".encode(),
+                path_in_repo=f"parallel/{i}.txt",
+                repo_id=kernel_repo,
+                repo_type="kernel",
+            )
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -323,14 +345,26 @@ def test_concurrent_commits_to_one_branch_all_land(api, kernel_repo):
 
 def test_commit_to_missing_branch_and_unknown_lfs_object_are_refused(api, kernel_repo, local_hub):
     with pytest.raises(RevisionNotFoundError):
-        api.upload_file(path_or_fileobj=b"x", path_in_repo="x.txt", repo_id=kernel_repo, repo_type="kernel",
-                        revision="no-such-branch")
-    body = "\n".join(json.dumps(line) for line in (
-        {"key": "header", "value": {"summary": "bad"}},
-        {"key": "lfsFile", "value": {"path": "big.bin", "algo": "sha256", "oid": "ab" * 32, "size": 10}},
-    )).encode()
-    status, headers, payload = http(f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main", "POST",
-                                    {"Content-Type": "application/x-ndjson", **AUTH}, body)
+        api.upload_file(
+            path_or_fileobj=b"x",
+            path_in_repo="x.txt",
+            repo_id=kernel_repo,
+            repo_type="kernel",
+            revision="no-such-branch",
+        )
+    body = "\n".join(
+        json.dumps(line)
+        for line in (
+            {"key": "header", "value": {"summary": "bad"}},
+            {"key": "lfsFile", "value": {"path": "big.bin", "algo": "sha256", "oid": "ab" * 32, "size": 10}},
+        )
+    ).encode()
+    status, headers, payload = http(
+        f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main",
+        "POST",
+        {"Content-Type": "application/x-ndjson", **AUTH},
+        body,
+    )
     assert status == 400 and "never uploaded" in json.loads(payload)["error"]
 
 
@@ -338,18 +372,32 @@ def test_a_root_from_before_object_links_still_commits_objects_of_its_own_histor
     oid = hashlib.sha256(SO_BYTES).hexdigest()
     links = local_hub.root / "repos" / "kernels" / f"{kernel_repo}.git" / "hubkernels-objects"
     shutil.rmtree(links)  # what a repository created before per-repo object links looks like
-    body = "\n".join(json.dumps(line) for line in (
-        {"key": "header", "value": {"summary": "copy"}},
-        {"key": "lfsFile", "value": {"path": "copy.so", "algo": "sha256", "oid": oid, "size": len(SO_BYTES)}},
-    )).encode()
-    status, _, payload = http(f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main", "POST",
-                              {"Content-Type": "application/x-ndjson", **AUTH}, body)
+    body = "\n".join(
+        json.dumps(line)
+        for line in (
+            {"key": "header", "value": {"summary": "copy"}},
+            {"key": "lfsFile", "value": {"path": "copy.so", "algo": "sha256", "oid": oid, "size": len(SO_BYTES)}},
+        )
+    ).encode()
+    status, _, payload = http(
+        f"{local_hub.url}/api/kernels/{kernel_repo}/commit/main",
+        "POST",
+        {"Content-Type": "application/x-ndjson", **AUTH},
+        body,
+    )
     assert status == 200, payload
     assert (links / oid).is_file()
     # and an upload href's verify step needs its grant too
     verify = f"{local_hub.url}/kernels/{kernel_repo}.git/info/lfs/objects/{oid}/verify"
-    assert http(verify, "POST", {"Content-Type": "application/json", **AUTH},
-                json.dumps({"oid": oid, "size": len(SO_BYTES)}).encode())[0] == 403
+    assert (
+        http(
+            verify,
+            "POST",
+            {"Content-Type": "application/json", **AUTH},
+            json.dumps({"oid": oid, "size": len(SO_BYTES)}).encode(),
+        )[0]
+        == 403
+    )
 
 
 # -- errors -----------------------------------------------------------------------------------------------------
@@ -365,13 +413,15 @@ def test_typed_errors_for_missing_repo_revision_and_file(api, kernel_repo, local
     with pytest.raises(RevisionNotFoundError):
         api.kernel_info(kernel_repo, revision="v404")
     with pytest.raises(RevisionNotFoundError):
-        hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", revision="v404", cache_dir=cache,
-                        endpoint=local_hub.url)
+        hf_hub_download(
+            kernel_repo, SO_PATH, repo_type="kernel", revision="v404", cache_dir=cache, endpoint=local_hub.url
+        )
     with pytest.raises(RevisionNotFoundError):
         api.list_repo_files(kernel_repo, repo_type="kernel", revision="0" * 40)
     with pytest.raises(RemoteEntryNotFoundError):
-        hf_hub_download(kernel_repo, f"{VARIANT}/missing.py", repo_type="kernel", cache_dir=cache,
-                        endpoint=local_hub.url)
+        hf_hub_download(
+            kernel_repo, f"{VARIANT}/missing.py", repo_type="kernel", cache_dir=cache, endpoint=local_hub.url
+        )
     status, headers, body = http(hf_hub_url(kernel_repo, "missing.py", repo_type="kernel", endpoint=local_hub.url))
     assert status == 404 and headers["X-Error-Code"] == "EntryNotFound" and len(headers["X-Repo-Commit"]) == 40
     assert "missing.py" in json.loads(body)["error"]
@@ -400,8 +450,7 @@ def test_all_regular_mode_inlines_every_file(tmp_path):
         api.upload_folder(folder_path=kernel_folder(tmp_path / "src"), repo_id="org/inline", repo_type="kernel")
         so = next(iter(api.get_paths_info("org/inline", [SO_PATH], repo_type="kernel")))
         assert so.lfs is None and so.blob_id == git_blob_sha1(SO_BYTES)
-        path = hf_hub_download("org/inline", SO_PATH, repo_type="kernel", cache_dir=tmp_path / "c",
-                               endpoint=server.url)
+        path = hf_hub_download("org/inline", SO_PATH, repo_type="kernel", cache_dir=tmp_path / "c", endpoint=server.url)
         assert Path(path).read_bytes() == SO_BYTES
     finally:
         server.stop()
@@ -424,14 +473,12 @@ def test_repositories_survive_a_restart_on_the_same_root(tmp_path):
     first = start_hub(tmp_path / "root")
     api = HfApi(endpoint=first.url, token=TOKEN)
     api.create_repo("org/persist", repo_type="kernel")
-    sha = api.upload_file(path_or_fileobj=SO_BYTES, path_in_repo="k.so", repo_id="org/persist",
-                          repo_type="kernel").oid
+    sha = api.upload_file(path_or_fileobj=SO_BYTES, path_in_repo="k.so", repo_id="org/persist", repo_type="kernel").oid
     first.stop()
     second = start_hub(tmp_path / "root")
     try:
         assert HfApi(endpoint=second.url).kernel_info("org/persist").sha == sha
-        path = hf_hub_download("org/persist", "k.so", repo_type="kernel", cache_dir=tmp_path / "c",
-                               endpoint=second.url)
+        path = hf_hub_download("org/persist", "k.so", repo_type="kernel", cache_dir=tmp_path / "c", endpoint=second.url)
         assert Path(path).read_bytes() == SO_BYTES
     finally:
         second.stop()
@@ -443,19 +490,35 @@ def test_private_repos_answer_only_clients_with_a_token(api, local_hub, cache, t
     api.upload_folder(folder_path=kernel_folder(tmp_path / "k"), repo_id=repo_id, repo_type="kernel")  # LFS too
     so = "build/torch213-cxx11-cpu-x86_64-linux/_relu_cpu_abc1234.abi3.so"
     assert api.kernel_info(repo_id).private is True
-    assert Path(hf_hub_download(repo_id, so, repo_type="kernel", endpoint=local_hub.url, token=TOKEN,
-                                cache_dir=cache)).read_bytes() == SO_BYTES
+    assert (
+        Path(
+            hf_hub_download(repo_id, so, repo_type="kernel", endpoint=local_hub.url, token=TOKEN, cache_dir=cache)
+        ).read_bytes()
+        == SO_BYTES
+    )
     anonymous = HfApi(endpoint=local_hub.url, token=False)
-    for call in (lambda: anonymous.kernel_info(repo_id), lambda: anonymous.list_repo_refs(repo_id, repo_type="kernel"),
-                 lambda: anonymous.list_repo_files(repo_id, repo_type="kernel"),
-                 lambda: hf_hub_download(repo_id, "README.md", repo_type="kernel", endpoint=local_hub.url,
-                                         token=False, cache_dir=tmp_path / "anonymous")):
+    for call in (
+        lambda: anonymous.kernel_info(repo_id),
+        lambda: anonymous.list_repo_refs(repo_id, repo_type="kernel"),
+        lambda: anonymous.list_repo_files(repo_id, repo_type="kernel"),
+        lambda: hf_hub_download(
+            repo_id,
+            "README.md",
+            repo_type="kernel",
+            endpoint=local_hub.url,
+            token=False,
+            cache_dir=tmp_path / "anonymous",
+        ),
+    ):
         with pytest.raises(RepositoryNotFoundError, match="private and the request was not authenticated"):
             call()
     # huggingface_hub 2.4's update_repo_settings takes no kernel repo type: its PUT, sent as it would be
-    settings = urllib.request.Request(f"{local_hub.url}/api/kernels/{repo_id}/settings", method="PUT",
-                                      data=json.dumps({"visibility": "public"}).encode(),
-                                      headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
+    settings = urllib.request.Request(
+        f"{local_hub.url}/api/kernels/{repo_id}/settings",
+        method="PUT",
+        data=json.dumps({"visibility": "public"}).encode(),
+        headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+    )
     assert json.load(urllib.request.urlopen(settings)) == {"private": False}
     for body in (b'["private"]', b'{"visibility": "secret"}', b'{"private": "yes"}'):
         bad = urllib.request.Request(settings.full_url, method="PUT", data=body, headers=settings.headers)
@@ -464,8 +527,14 @@ def test_private_repos_answer_only_clients_with_a_token(api, local_hub, cache, t
         assert refused.value.code == 400
     assert anonymous.kernel_info(repo_id).private is False  # a refused body changes nothing
     assert anonymous.kernel_info(repo_id).private is False
-    assert Path(hf_hub_download(repo_id, so, repo_type="kernel", endpoint=local_hub.url, token=False,
-                                cache_dir=tmp_path / "anonymous")).read_bytes() == SO_BYTES
+    assert (
+        Path(
+            hf_hub_download(
+                repo_id, so, repo_type="kernel", endpoint=local_hub.url, token=False, cache_dir=tmp_path / "anonymous"
+            )
+        ).read_bytes()
+        == SO_BYTES
+    )
 
 
 def test_update_repo_settings_switches_visibility_and_needs_a_token(api, local_hub):
@@ -504,8 +573,16 @@ def test_a_private_repo_stays_private_after_a_restart(tmp_path):
 def test_request_log_over_http_and_in_process(api, kernel_repo, local_hub):
     local_hub.reset_requests()
     api.list_repo_refs(kernel_repo, repo_type="kernel")
-    expected = [{"method": "GET", "path": f"/api/kernels/{kernel_repo}/refs", "query": "", "status": 200,
-                 "range": None, "fault": None}]
+    expected = [
+        {
+            "method": "GET",
+            "path": f"/api/kernels/{kernel_repo}/refs",
+            "query": "",
+            "status": 200,
+            "range": None,
+            "fault": None,
+        }
+    ]
     assert local_hub.requests() == expected
     status, _, body = http(f"{local_hub.url}/_hubkernels/requests", headers=ADMIN)
     assert status == 200 and json.loads(body) == expected  # control routes are not logged themselves
@@ -515,9 +592,12 @@ def test_request_log_over_http_and_in_process(api, kernel_repo, local_hub):
 
 def test_injected_500_on_xet_storage_is_retried_and_the_download_succeeds(kernel_repo, local_hub, cache):
     rule = {"path_regex": r"/cas/v1/xorb-data/", "method": "GET", "status": 500, "times": 1}
-    status, _, body = http(f"{local_hub.url}/_hubkernels/faults", "POST",
-                           {"Content-Type": "application/json", **ADMIN},
-                           json.dumps(rule).encode())
+    status, _, body = http(
+        f"{local_hub.url}/_hubkernels/faults",
+        "POST",
+        {"Content-Type": "application/json", **ADMIN},
+        json.dumps(rule).encode(),
+    )
     assert status == 200 and json.loads(body)["times"] == 1
     local_hub.reset_requests()
     path = hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)
@@ -525,8 +605,7 @@ def test_injected_500_on_xet_storage_is_retried_and_the_download_succeeds(kernel
     assert [r["fault"] for r in local_hub.requests() if "/xorb-data/" in r["path"]] == ["status", None]
 
 
-def test_injected_500_on_a_plain_download_fails_once_then_succeeds(api, kernel_repo, local_hub, cache,
-                                                                   monkeypatch):
+def test_injected_500_on_a_plain_download_fails_once_then_succeeds(api, kernel_repo, local_hub, cache, monkeypatch):
     """Clients without hf_xet download LFS files over plain HTTP GET; a 500 there surfaces, a retry works."""
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     rule = {"path_regex": r"/resolve/.*\.so$", "method": "GET", "status": 500, "times": 1}
@@ -539,7 +618,9 @@ def test_injected_500_on_a_plain_download_fails_once_then_succeeds(api, kernel_r
     path = hf_hub_download(kernel_repo, SO_PATH, repo_type="kernel", cache_dir=cache, endpoint=local_hub.url)
     assert Path(path).read_bytes() == SO_BYTES
     assert [r["fault"] for r in local_hub.requests() if r["method"] == "GET" and r["path"].endswith(".so")] == [
-        "status", None]
+        "status",
+        None,
+    ]
 
 
 def test_a_failing_hub_falls_back_to_the_warm_cache(kernel_repo, local_hub, cache):
@@ -575,13 +656,19 @@ def test_a_xet_download_that_fails_leaves_no_complete_looking_file(api, kernel_r
 
 
 def test_bad_fault_rules_are_refused(local_hub):
-    status, _, body = http(f"{local_hub.url}/_hubkernels/faults", "POST",
-                           {"Content-Type": "application/json", **ADMIN},
-                           json.dumps({"path_regex": "x"}).encode())
+    status, _, body = http(
+        f"{local_hub.url}/_hubkernels/faults",
+        "POST",
+        {"Content-Type": "application/json", **ADMIN},
+        json.dumps({"path_regex": "x"}).encode(),
+    )
     assert status == 400 and "status, truncate_after or delay_s" in json.loads(body)["error"]
-    status, _, _ = http(f"{local_hub.url}/_hubkernels/faults", "POST",
-                        {"Content-Type": "application/json", **ADMIN},
-                        json.dumps({"path_regex": "(", "status": 500}).encode())
+    status, _, _ = http(
+        f"{local_hub.url}/_hubkernels/faults",
+        "POST",
+        {"Content-Type": "application/json", **ADMIN},
+        json.dumps({"path_regex": "(", "status": 500}).encode(),
+    )
     assert status == 400
 
 
@@ -597,12 +684,22 @@ def _cli_commands() -> list[list[str]]:
 
 @pytest.mark.parametrize("command", _cli_commands(), ids=lambda c: " ".join(c[1:3]))
 def test_cli_serve_prints_its_url_and_answers(command, tmp_path):
-    created = subprocess.run([*command, "token", "create", "--user", "alice", "--org", "acme", "--write", "--root",
-                              str(tmp_path / "root")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    created = subprocess.run(
+        [*command, "token", "create", "--user", "alice", "--org", "acme", "--write", "--root", str(tmp_path / "root")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
-    proc = subprocess.Popen([*command, "--port", "0", "--root", str(tmp_path / "root"), "--trusted-org", "acme"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [*command, "--port", "0", "--root", str(tmp_path / "root"), "--trusted-org", "acme"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
         assert ready, "the server printed nothing within 60 s"
@@ -623,7 +720,11 @@ def test_cli_serve_prints_its_url_and_answers(command, tmp_path):
 
 
 def test_cli_refuses_a_busy_port(tmp_path, local_hub):
-    proc = subprocess.run([sys.executable, "-m", "hubkernels.server", "--port", str(local_hub.port)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hubkernels.server", "--port", str(local_hub.port)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Pick another --port" in proc.stderr and "Traceback" not in proc.stderr
-

@@ -20,11 +20,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import make_kernel
 from hubfixture import TEST_TOKEN
 
 from hubkernels import cli
 from hubkernels.build import build
-from helpers import make_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = random.Random(13).randbytes(40 << 20)  # 40 MB of incompressible data: hf_xet stores it as ~600 chunks
@@ -33,10 +33,16 @@ BIG_SHA = hashlib.sha256(BIG).hexdigest()
 
 def run_python(code: str, cache: Path) -> str:
     """Run ``code`` in a new interpreter pointed at the session hub, with its own empty caches."""
-    env = {**os.environ, "HF_HUB_CACHE": str(cache / "hub"), "HF_HOME": str(cache / "home"),
-           "HUBKERNELS_CACHE": str(cache / "hubkernels"), "KERNELS_CACHE": str(cache / "kernels")}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(cache / "hub"),
+        "HF_HOME": str(cache / "home"),
+        "HUBKERNELS_CACHE": str(cache / "hubkernels"),
+        "KERNELS_CACHE": str(cache / "kernels"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -47,8 +53,13 @@ def paths(hub) -> list[str]:
 
 def refused(hub) -> list[dict]:
     """Uploads the hub refused: xorbs, shards and commits (dedup and grant queries answer 404 by design)."""
-    return [r for r in hub.requests() if r["status"] >= 400 and r["method"] == "POST"
-            and ("/cas/v1/xorbs/" in r["path"] or "/cas/v1/shards" in r["path"] or "/commit/" in r["path"])]
+    return [
+        r
+        for r in hub.requests()
+        if r["status"] >= 400
+        and r["method"] == "POST"
+        and ("/cas/v1/xorbs/" in r["path"] or "/cas/v1/shards" in r["path"] or "/commit/" in r["path"])
+    ]
 
 
 def reconstructions(hub) -> int:
@@ -75,24 +86,30 @@ def big_kernel(hub, tmp_path_factory) -> str:
 
 def test_hubkernels_upload_of_a_40mb_variant_loads_in_a_new_process_through_xet(hub, big_kernel, tmp_path):
     hub.reset_requests()
-    out = run_python(f"""
+    out = run_python(
+        f"""
         import hashlib, pathlib, torch, hubkernels
         k = hubkernels.get_kernel({big_kernel!r}, version=1)
         weights = pathlib.Path(k.__file__).parent / "weights.bin"
         print(hashlib.sha256(weights.read_bytes()).hexdigest(), k.double(torch.ones(2)).tolist())
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert out.split(maxsplit=1) == [BIG_SHA, "[2.0, 2.0]\n"]
     assert reconstructions(hub) == 1  # the 40 MB file came through Xet (X-Xet-Hash on its resolve answer)
 
 
 def test_hf_kernels_loads_the_xet_stored_variant(hub, big_kernel, tmp_path):
     hub.reset_requests()
-    out = run_python(f"""
+    out = run_python(
+        f"""
         import hashlib, pathlib, torch, kernels
         k = kernels.get_kernel({big_kernel!r}, version=1)
         weights = pathlib.Path(k.__file__).parent / "weights.bin"
         print(hashlib.sha256(weights.read_bytes()).hexdigest(), k.double(torch.ones(2)).tolist())
-        """, tmp_path)
+        """,
+        tmp_path,
+    )
     assert out.split(maxsplit=1) == [BIG_SHA, "[2.0, 2.0]\n"]
     assert reconstructions(hub) == 1
 
@@ -129,8 +146,13 @@ def test_hf_upload_cli_goes_through_xet(hub, tmp_path):
     src.write_bytes(BIG[: 6 << 20])
     hub.reset_requests()
     hf = Path(sys.executable).parent / "hf"
-    out = subprocess.run([str(hf), "upload", repo_id, str(src), "data/blob.bin"], env=dict(os.environ),
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(hf), "upload", repo_id, str(src), "data/blob.bin"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert any("/cas/v1/shards" in p for p in paths(hub))
     path = hf_hub_download(repo_id, "data/blob.bin", cache_dir=tmp_path / "c")
@@ -170,8 +192,9 @@ def test_a_200mb_incompressible_file_uploads_through_xet_both_ways_and_loads_byt
 
 
 def _get(url: str, token: str | None = None, method: str = "GET", body: bytes | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=body, method=method,
-                                 headers={"Authorization": f"Bearer {token}"} if token else {})
+    req = urllib.request.Request(
+        url, data=body, method=method, headers={"Authorization": f"Bearer {token}"} if token else {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.status, resp.read()
@@ -198,32 +221,36 @@ def test_a_range_reconstruction_lists_whole_chunks_and_the_offset_into_them(hub,
     from hubkernels.server.xet_format import iter_chunks
 
     token = json.loads(_get(f"{hub.url}/api/kernels/{big_kernel}/xet-read-token/v1")[1])
-    file_id = urllib.request.urlopen(urllib.request.Request(
-        f"{hub.url}/kernels/{big_kernel}/resolve/v1/build/torch-cpu/weights.bin", method="HEAD")).headers["X-Xet-Hash"]
+    file_id = urllib.request.urlopen(
+        urllib.request.Request(f"{hub.url}/kernels/{big_kernel}/resolve/v1/build/torch-cpu/weights.bin", method="HEAD")
+    ).headers["X-Xet-Hash"]
     first, last = 20_000_123, 20_300_000
-    req = urllib.request.Request(f"{token['casUrl']}/v2/reconstructions/{file_id}", headers={
-        "Authorization": f"Bearer {token['accessToken']}", "Range": f"bytes={first}-{last}"})
+    req = urllib.request.Request(
+        f"{token['casUrl']}/v2/reconstructions/{file_id}",
+        headers={"Authorization": f"Bearer {token['accessToken']}", "Range": f"bytes={first}-{last}"},
+    )
     plan = json.loads(urllib.request.urlopen(req).read())
     chunks = {}
     for xorb, fetches in plan["xorbs"].items():
         for fetch in fetches:
             (rng,) = fetch["ranges"]
-            data_req = urllib.request.Request(fetch["url"], headers={
-                "Range": f"bytes={rng['bytes']['start']}-{rng['bytes']['end']}"})
+            data_req = urllib.request.Request(
+                fetch["url"], headers={"Range": f"bytes={rng['bytes']['start']}-{rng['bytes']['end']}"}
+            )
             part = urllib.request.urlopen(data_req).read()
             for i, (_, _, raw) in enumerate(iter_chunks(part, 0, len(part))):
                 chunks[(xorb, rng["chunks"]["start"] + i)] = raw
-    data = b"".join(chunks[(t["hash"], i)] for t in plan["terms"]
-                    for i in range(t["range"]["start"], t["range"]["end"]))
+    data = b"".join(
+        chunks[(t["hash"], i)] for t in plan["terms"] for i in range(t["range"]["start"], t["range"]["end"])
+    )
     assert sum(t["unpacked_length"] for t in plan["terms"]) == len(data) < len(BIG) // 10
     start = plan["offset_into_first_range"]
-    assert data[start:start + last - first + 1] == BIG[first:last + 1]
+    assert data[start : start + last - first + 1] == BIG[first : last + 1]
 
 
 def test_xet_files_survive_a_restart_on_the_same_root(tmp_path):
-    from huggingface_hub import HfApi, hf_hub_download
-
     from hubfixture import start_hub
+    from huggingface_hub import HfApi, hf_hub_download
 
     first = start_hub(tmp_path / "root")
     try:
@@ -256,21 +283,39 @@ def test_a_client_that_sends_no_sha256_is_told_the_fix_in_one_line(hub):
     chunk = fmt.chunk_hash(data)
     xorb = bytes([0]) + len(data).to_bytes(3, "little") + bytes([0]) + len(data).to_bytes(3, "little") + data
     xorb_hash = fmt.xorb_hash([(chunk, len(data))])
-    assert _get(f"{write['casUrl']}/v1/xorbs/default/{fmt.hash_to_hex(xorb_hash)}", write["accessToken"], "POST",
-                xorb)[0] == 200
+    assert (
+        _get(f"{write['casUrl']}/v1/xorbs/default/{fmt.hash_to_hex(xorb_hash)}", write["accessToken"], "POST", xorb)[0]
+        == 200
+    )
     bookend = b"\xff" * 32 + bytes(16)
-    shard = (fmt.SHARD_HEADER_TAG + struct.pack("<QQ", 2, 0)
-             + fmt.file_hash([(chunk, len(data))]) + struct.pack("<II8x", 1 << 31, 1)  # verification, no sha256
-             + xorb_hash + struct.pack("<IIII", 0, len(data), 0, 1) + fmt.verification_hash([chunk]) + bytes(16)
-             + bookend + xorb_hash + struct.pack("<IIII", 0, 1, len(data), len(xorb))
-             + chunk + struct.pack("<II8x", 0, len(data)) + bookend)
+    shard = (
+        fmt.SHARD_HEADER_TAG
+        + struct.pack("<QQ", 2, 0)
+        + fmt.file_hash([(chunk, len(data))])
+        + struct.pack("<II8x", 1 << 31, 1)  # verification, no sha256
+        + xorb_hash
+        + struct.pack("<IIII", 0, len(data), 0, 1)
+        + fmt.verification_hash([chunk])
+        + bytes(16)
+        + bookend
+        + xorb_hash
+        + struct.pack("<IIII", 0, 1, len(data), len(xorb))
+        + chunk
+        + struct.pack("<II8x", 0, len(data))
+        + bookend
+    )
     assert _get(f"{write['casUrl']}/v1/shards", write["accessToken"], "POST", shard)[0] == 200
     op = {"path": "old.bin", "algo": "sha256", "oid": hashlib.sha256(data).hexdigest(), "size": len(data)}
-    body = "\n".join(json.dumps(line) for line in (
-        {"key": "header", "value": {"summary": "old client"}}, {"key": "lfsFile", "value": op})).encode()
-    req = urllib.request.Request(f"{hub.url}/api/models/{repo_id}/commit/main", data=body, method="POST",
-                                 headers={"Content-Type": "application/x-ndjson",
-                                          "Authorization": f"Bearer {TEST_TOKEN}"})
+    body = "\n".join(
+        json.dumps(line)
+        for line in ({"key": "header", "value": {"summary": "old client"}}, {"key": "lfsFile", "value": op})
+    ).encode()
+    req = urllib.request.Request(
+        f"{hub.url}/api/models/{repo_id}/commit/main",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/x-ndjson", "Authorization": f"Bearer {TEST_TOKEN}"},
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=30)
     message = json.loads(err.value.read())["error"]
@@ -294,11 +339,14 @@ def test_the_cuda_build_uploads_through_xet_and_both_loaders_run_it(hub, ltx_bui
     assert any("/cas/v1/shards" in p for p in paths(hub))
     for loader in ("hubkernels", "kernels"):
         hub.reset_requests()
-        out = run_python(f"""
+        out = run_python(
+            f"""
             import torch, {loader}
             k = {loader}.get_kernel({repo_id!r}, version=1)
             x, w = torch.randn(3, 17, 256, device="cuda"), torch.randn(256, device="cuda")
             ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
             print(float((k.rms_norm(x, w, 1e-6) - ref).abs().max()))
-            """, tmp_path / loader)
+            """,
+            tmp_path / loader,
+        )
         assert float(out) < 1e-4 and reconstructions(hub) >= 1, loader

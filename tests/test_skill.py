@@ -43,9 +43,14 @@ _ARTEFACTS = {"__pycache__", "build", "_build", ".pytest_cache"}
 
 def shipped_files(root: Path) -> dict[str, bytes]:
     """{relative path: bytes} of the skill's files under `root`, leaving out build and test artefacts."""
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not _ARTEFACTS & set(p.relative_to(root).parts)
-            and p.name != "_ops.py" and p.suffix != ".pyc"}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+        and not _ARTEFACTS & set(p.relative_to(root).parts)
+        and p.name != "_ops.py"
+        and p.suffix != ".pyc"
+    }
 
 
 def installed_files(root: Path) -> dict[str, bytes]:
@@ -138,8 +143,12 @@ def test_install_leaves_out_build_artefacts(tmp_path, monkeypatch):
 
     fake = tmp_path / "skill"
     shutil.copytree(SKILL, fake)
-    for junk in ("templates/build/v/x.so", "templates/_build/v/obj.o", "templates/tests/__pycache__/t.pyc",
-                 "templates/kernel_src/torch-ext/my_kernels/_ops.py"):
+    for junk in (
+        "templates/build/v/x.so",
+        "templates/_build/v/obj.o",
+        "templates/tests/__pycache__/t.pyc",
+        "templates/kernel_src/torch-ext/my_kernels/_ops.py",
+    ):
         (fake / junk).parent.mkdir(parents=True, exist_ok=True)
         (fake / junk).write_text("artefact")
     monkeypatch.setattr(skill_cli, "skill_dir", lambda: fake)
@@ -197,13 +206,19 @@ def _scaffold_script() -> str:
 def kernel_dir(tmp_path_factory) -> Path:
     """The template copied, renamed to fast-norms and committed by SKILL.md's scaffold commands."""
     work = tmp_path_factory.mktemp("skill-scaffold")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                         os.environ.get("PYTHONPATH", "")]),
-           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "test", "GIT_AUTHOR_EMAIL": "test@example.com",
-           "GIT_COMMITTER_NAME": "test", "GIT_COMMITTER_EMAIL": "test@example.com"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _scaffold_script()], cwd=work, env=env,
-                          capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "test",
+        "GIT_AUTHOR_EMAIL": "test@example.com",
+        "GIT_COMMITTER_NAME": "test",
+        "GIT_COMMITTER_EMAIL": "test@example.com",
+    }
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _scaffold_script()], cwd=work, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, f"the scaffold commands failed:\n{done.stdout}\n{done.stderr}"
     return work / "fast-norms"
 
@@ -236,9 +251,12 @@ def test_the_shipped_template_build_toml_is_valid():
 def test_scaffold_renames_everything(kernel_dir):
     from hubkernels.config import load_config
 
-    leftovers = [p.relative_to(kernel_dir).as_posix() for p in kernel_dir.rglob("*")
-                 if ".git" not in p.parts and (TEMPLATE_NAMES.search(p.name) or (
-                     p.is_file() and TEMPLATE_NAMES.search(p.read_text(encoding="utf-8"))))]
+    leftovers = [
+        p.relative_to(kernel_dir).as_posix()
+        for p in kernel_dir.rglob("*")
+        if ".git" not in p.parts
+        and (TEMPLATE_NAMES.search(p.name) or (p.is_file() and TEMPLATE_NAMES.search(p.read_text(encoding="utf-8"))))
+    ]
     assert not leftovers, f"template names left after the scaffold: {leftovers}"
     config = load_config(kernel_dir)
     assert (config.name, config.python_name) == ("fast-norms", "fast_norms")
@@ -247,8 +265,9 @@ def test_scaffold_renames_everything(kernel_dir):
 
 
 def test_template_builds_with_a_namespace_of_its_own(built, kernel_dir):
-    tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=kernel_dir, capture_output=True,
-                          text=True).stdout.strip()
+    tree = subprocess.run(
+        ["git", "rev-parse", "HEAD^{tree}"], cwd=kernel_dir, capture_output=True, text=True
+    ).stdout.strip()
     assert built.id == f"_fast_norms_cpu_{tree[:7]}"
     assert (built.path / f"{built.id}.abi3.so").is_file() and (built.path / "metadata.json").is_file()
 
@@ -279,8 +298,13 @@ def test_template_op_traces_under_torch_compile_fullgraph(fast_norms):
 
 @pytest.mark.slow
 def test_template_passes_its_own_tests(kernel_dir, built):
-    done = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"],
-                          cwd=kernel_dir, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"],
+        cwd=kernel_dir,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     passed = re.search(r"(\d+) passed", done.stdout)
     assert passed and int(passed.group(1)) >= 40, done.stdout[-2000:]
@@ -293,8 +317,28 @@ def test_template_benchmark_runs_against_its_peers_in_every_dtype(kernel_dir, bu
 
     for dtype in ("fp32", "bf16", "fp16"):
         out = tmp_path / f"bench-{dtype}.json"
-        assert main(["bench", str(kernel_dir), "--device", "cpu", "--dtype", dtype, "--shape", "tokens=32",
-                     "--warmup", "1", "--iters", "3", "--no-compile", "--output", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "bench",
+                    str(kernel_dir),
+                    "--device",
+                    "cpu",
+                    "--dtype",
+                    dtype,
+                    "--shape",
+                    "tokens=32",
+                    "--warmup",
+                    "1",
+                    "--iters",
+                    "3",
+                    "--no-compile",
+                    "--output",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         report = json.loads(out.read_text())
         assert [r["impl"] for r in report["rows"]] == ["ours", "eager", "F.rms_norm"]
         assert report["copy_gbps"] > 0 and report["shape"] == [2, 32, 2048]
@@ -376,8 +420,22 @@ def test_the_templates_lanes_header_compiles_each_isa_without_lane_by_lane_compa
         pytest.skip("needs a C++ compiler and objdump")
     src = skill_dir() / "templates/kernel_src/my_kernels_cpu"
     (tmp_path / "silu.cpp").write_text(LANES_SILU_AND_MUL)
-    subprocess.run([cxx, "-std=c++17", "-O3", "-fno-trapping-math", "-Wno-psabi", "-fPIC", "-shared", f"-I{src}",
-                    str(tmp_path / "silu.cpp"), "-o", str(tmp_path / "silu.so")], check=True)
+    subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            "-O3",
+            "-fno-trapping-math",
+            "-Wno-psabi",
+            "-fPIC",
+            "-shared",
+            f"-I{src}",
+            str(tmp_path / "silu.cpp"),
+            "-o",
+            str(tmp_path / "silu.so"),
+        ],
+        check=True,
+    )
     found = {c.subject: c for c in _vector.check_vectorised(tmp_path, ["my_kernels_cpu"])}
     for isa, width in (("avx512", 512), ("avx2", 256), ("baseline", 128)):
         c = found[f"my_kernels_cpu::silu_and_mul [{isa}]"]
@@ -386,7 +444,8 @@ def test_the_templates_lanes_header_compiles_each_isa_without_lane_by_lane_compa
     x = torch.randn(3, 2 * 40)
     out = torch.empty(3, 40)
     lib = ctypes.CDLL(str(tmp_path / "silu.so"))
-    lib.silu_and_mul(ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(x.data_ptr()), ctypes.c_int64(3),
-                     ctypes.c_int64(40))
+    lib.silu_and_mul(
+        ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(x.data_ptr()), ctypes.c_int64(3), ctypes.c_int64(40)
+    )
     g, u = x.chunk(2, dim=-1)
     torch.testing.assert_close(out, torch.nn.functional.silu(g) * u, rtol=2e-2, atol=2e-2)

@@ -14,25 +14,28 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import new_repo, run_python
 
 from hubkernels import digest
 from hubkernels.metadata import Metadata
 from hubkernels.slice import fatbin_entries, slice_variant
-from helpers import new_repo, run_python
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").is_file() else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the CUDA toolkit) to compile a CUDA module")
 VARIANT = "torch-stable-abi211-cu130-x86_64-linux"
 SASS, PTX = 2, 1
 # Enough device code that it outweighs the host code, as in a real kernel (flash-attn runs to hundreds of MB).
-KERNELS = "\n".join(f"""
+KERNELS = "\n".join(
+    f"""
 __global__ void k{i}(float* x, int n) {{
   int j = blockIdx.x * blockDim.x + threadIdx.x;
   float v = j < n ? x[j] : 0.f;
   #pragma unroll
   for (int r = 0; r < 64; ++r) v = v * {1 + i % 7}.0001f + __sinf(v + r);
   if (j < n) x[j] = v;
-}}""" for i in range(24))
+}}"""
+    for i in range(24)
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +47,39 @@ def cuda_kernel(tmp_path_factory) -> Path:
     vdir = root / "build" / VARIANT
     vdir.mkdir(parents=True)
     so = vdir / "_mini_cuda_cuda_abcdef0.abi3.so"
-    subprocess.run([NVCC, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", "-gencode",
-                    "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90", "-gencode",
-                    "arch=compute_90,code=compute_90", str(src), "-o", str(so)], check=True, timeout=600)
+    subprocess.run(
+        [
+            NVCC,
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            "-cudart",
+            "shared",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            "-gencode",
+            "arch=compute_90,code=compute_90",
+            str(src),
+            "-o",
+            str(so),
+        ],
+        check=True,
+        timeout=600,
+    )
     (vdir / "__init__.py").write_text("VALUE = 1\n")
-    meta = Metadata(name="mini-cuda", id="_mini_cuda_cuda_abcdef0", version=1, license="Apache-2.0",
-                    backend={"type": "cuda", "archs": ["8.0", "9.0"]})
+    meta = Metadata(
+        name="mini-cuda",
+        id="_mini_cuda_cuda_abcdef0",
+        version=1,
+        license="Apache-2.0",
+        backend={"type": "cuda", "archs": ["8.0", "9.0"]},
+    )
     meta.digest = {"algorithm": "sha256", "files": digest.hash_variant(vdir)}
     meta.write(vdir)
-    (root / "build.toml").write_text(textwrap.dedent("""\
+    (root / "build.toml").write_text(
+        textwrap.dedent("""\
         [general]
         name = "mini-cuda"
         version = 1
@@ -61,7 +88,8 @@ def cuda_kernel(tmp_path_factory) -> Path:
         backends = ["cuda"]
 
         [torch-noarch]
-        """))
+        """)
+    )
     return root
 
 
@@ -81,17 +109,22 @@ def test_a_slice_keeps_its_arch_sass_and_the_highest_ptx(cuda_kernel: Path, tmp_
 
 
 @needs_nvcc
-def test_upload_publishes_a_slice_per_arch_and_the_loader_downloads_only_its_arch(hub, cuda_kernel: Path,
-                                                                                   tmp_path: Path) -> None:
+def test_upload_publishes_a_slice_per_arch_and_the_loader_downloads_only_its_arch(
+    hub, cuda_kernel: Path, tmp_path: Path
+) -> None:
     from huggingface_hub import HfApi, RepoFile
 
     from hubkernels.publish import upload
 
     repo_id = new_repo()
     result = upload(cuda_kernel, repo_id=repo_id, source=False)
-    wheels = {f.path.rsplit("/", 1)[1]: f.size for f in HfApi().list_repo_tree(
-        repo_id, path_in_repo=f"wheels/{VARIANT}", revision=result.commit, repo_type="kernel")
-        if isinstance(f, RepoFile)}
+    wheels = {
+        f.path.rsplit("/", 1)[1]: f.size
+        for f in HfApi().list_repo_tree(
+            repo_id, path_in_repo=f"wheels/{VARIANT}", revision=result.commit, repo_type="kernel"
+        )
+        if isinstance(f, RepoFile)
+    }
     tag = "cp310-abi3-manylinux_2_28_x86_64"
     fat, sm90 = f"mini_cuda-1-{tag}-cu130.whl", f"mini_cuda-1-{tag}-cu130_sm90.whl"
     assert set(wheels) == {fat, f"mini_cuda-1-{tag}-cu130_sm80.whl", sm90}
@@ -101,7 +134,8 @@ def test_upload_publishes_a_slice_per_arch_and_the_loader_downloads_only_its_arc
     for arch in ("9.0", None):  # the arch the loader sees, in a new process with its own Xet cache
         hub.reset_requests()
         cache = tmp_path / f"cache-{arch}"
-        run_python(f"""
+        run_python(
+            f"""
             from hubkernels.fetch import _artifact, _local, _hub, resolve_ref
             from hubkernels.fetch._verify import _download_and_verify
             state, remote = _local.RepoState({repo_id!r}), _hub.Remote({repo_id!r})
@@ -109,15 +143,20 @@ def test_upload_publishes_a_slice_per_arch_and_the_loader_downloads_only_its_arc
             tree = _artifact.listing(state, remote, ref.commit)
             _download_and_verify(state, remote, ref, {VARIANT!r}, tree, False)
             print(open(state.variant_dir(ref.commit, {VARIANT!r}) / "metadata.json").read())
-            """, cache, HF_XET_CACHE=str(cache / "xet"), **({"HUBKERNELS_CUDA_ARCH": arch} if arch else {}))
+            """,
+            cache,
+            HF_XET_CACHE=str(cache / "xet"),
+            **({"HUBKERNELS_CUDA_ARCH": arch} if arch else {}),
+        )
         xorb_bytes = 0
         for r in hub.requests():
             if "/xorb-data/" in r["path"] and r["range"]:
                 start, end = r["range"].removeprefix("bytes=").split("-")
                 xorb_bytes += int(end) - int(start) + 1
         received[arch] = xorb_bytes
-        archs = json.loads(next((cache / f"kernels--{repo_id.replace('/', '--')}").rglob("metadata.json"))
-                           .read_text())["backend"]["archs"]
+        archs = json.loads(next((cache / f"kernels--{repo_id.replace('/', '--')}").rglob("metadata.json")).read_text())[
+            "backend"
+        ]["archs"]
         assert archs == (["9.0"] if arch else ["8.0", "9.0"])
     print("bytes downloaded:", received)
     assert 0 < received["9.0"] < 0.85 * received[None]
@@ -144,9 +183,13 @@ def test_the_sm90_slice_of_ltx_kernels_loads_and_runs_on_the_gpu(hub, ltx_build,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a checkout with local changes publishes a dirty build
         result = upload(root, repo_id=repo_id, variants=[ltx_build.path.name], source=False)
-    sizes = {f.path.rsplit("-", 1)[1]: f.size for f in HfApi().list_repo_tree(
-        repo_id, path_in_repo=f"wheels/{ltx_build.path.name}", revision=result.commit, repo_type="kernel")
-        if isinstance(f, RepoFile)}
+    sizes = {
+        f.path.rsplit("-", 1)[1]: f.size
+        for f in HfApi().list_repo_tree(
+            repo_id, path_in_repo=f"wheels/{ltx_build.path.name}", revision=result.commit, repo_type="kernel"
+        )
+        if isinstance(f, RepoFile)
+    }
     so = sum(p.stat().st_size for p in ltx_build.path.glob("*.so"))
     print(f"ltx-kernels {ltx_build.path.name}: .so {so} B; wheels {json.dumps(sizes)}")
     sm90 = next((k for k in sizes if k.endswith("_sm90.whl")), None)
@@ -160,5 +203,4 @@ def test_the_sm90_slice_of_ltx_kernels_loads_and_runs_on_the_gpu(hub, ltx_build,
     w = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
     ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
     torch.testing.assert_close(ltx.rms_norm(x, w, 1e-6), ref, atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(ltx.gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh"), atol=2e-2,
-                               rtol=2e-2)
+    torch.testing.assert_close(ltx.gelu_tanh(x), torch.nn.functional.gelu(x, approximate="tanh"), atol=2e-2, rtol=2e-2)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import ROOT
 
 import hubkernels
-from helpers import ROOT
 
 DIMS = [1, 17, 2048, 4095]
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}

@@ -10,24 +10,41 @@ from hubkernels.errors import UsageError, VariantNotFoundError
 from hubkernels.system import System, Variant
 from hubkernels.variants import Accepted, Rejected, require, resolve, system_variants
 
-CUDA_SYS = System(torch_version=(2, 11), backend="cuda", backend_version=(13, 0), cpu="x86_64", os="linux",
-                  capabilities=((9, 0),))
+CUDA_SYS = System(
+    torch_version=(2, 11), backend="cuda", backend_version=(13, 0), cpu="x86_64", os="linux", capabilities=((9, 0),)
+)
 CPU_SYS = System(torch_version=(2, 13), backend="cpu", backend_version=None, cpu="x86_64", os="linux")
 
 
-@pytest.mark.parametrize("name", [
-    f"{fw}-{compute}-{cpu}-{os_}"
-    for fw, compute, cpu, os_ in itertools.product(
-        ["torch29", "torch213", "torch213-cxx11", "torch26-cxx98", "torch-stable-abi211", "tvm-ffi01"],
-        ["cpu", "cu126", "cu130", "rocm71", "xpu20253", "metal"],
-        ["x86_64", "aarch64"], ["linux", "darwin", "windows"])
-] + ["torch-cpu", "torch-cuda", "torch-universal", "torch-metal", "torch-rocm", "torch-xpu"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        f"{fw}-{compute}-{cpu}-{os_}"
+        for fw, compute, cpu, os_ in itertools.product(
+            ["torch29", "torch213", "torch213-cxx11", "torch26-cxx98", "torch-stable-abi211", "tvm-ffi01"],
+            ["cpu", "cu126", "cu130", "rocm71", "xpu20253", "metal"],
+            ["x86_64", "aarch64"],
+            ["linux", "darwin", "windows"],
+        )
+    ]
+    + ["torch-cpu", "torch-cuda", "torch-universal", "torch-metal", "torch-rocm", "torch-xpu"],
+)
 def test_variant_names_round_trip(name: str) -> None:
     assert str(Variant.parse(name)) == name
 
 
-@pytest.mark.parametrize("bad", ["torch", "torch213", "torch213-cxx11-cu130", "pytorch213-cpu-x86_64-linux",
-                                 "torch213-cxx11-gpu-x86_64-linux", "torch-quantum", "torch21x-cpu-x86_64-linux"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "torch",
+        "torch213",
+        "torch213-cxx11-cu130",
+        "pytorch213-cpu-x86_64-linux",
+        "torch213-cxx11-gpu-x86_64-linux",
+        "torch-quantum",
+        "torch21x-cpu-x86_64-linux",
+    ],
+)
 def test_bad_names_say_what_is_wrong(bad: str) -> None:
     with pytest.raises(ValueError, match=repr(bad)):
         Variant.parse(bad)
@@ -51,25 +68,43 @@ def test_system_order_stable_abi_then_exact_torch_tagless_first_then_noarch() ->
 
 def test_cuda_same_major_and_minor_not_newer_than_torch() -> None:
     sys129 = System((2, 13), "cuda", (12, 9), "x86_64", "linux")
-    repo = ["torch213-cxx11-cu126-x86_64-linux", "torch213-cxx11-cu128-x86_64-linux",
-            "torch213-cxx11-cu130-x86_64-linux", "torch213-cxx11-cu129-x86_64-linux"]
+    repo = [
+        "torch213-cxx11-cu126-x86_64-linux",
+        "torch213-cxx11-cu128-x86_64-linux",
+        "torch213-cxx11-cu130-x86_64-linux",
+        "torch213-cxx11-cu129-x86_64-linux",
+    ]
     res = resolve(repo, sys129)
     assert str(res.chosen) == "torch213-cxx11-cu129-x86_64-linux"
     accepted = [str(e.variant) for e in res.trace if isinstance(e, Accepted)]
-    assert accepted == ["torch213-cxx11-cu129-x86_64-linux", "torch213-cxx11-cu128-x86_64-linux",
-                        "torch213-cxx11-cu126-x86_64-linux"]
+    assert accepted == [
+        "torch213-cxx11-cu129-x86_64-linux",
+        "torch213-cxx11-cu128-x86_64-linux",
+        "torch213-cxx11-cu126-x86_64-linux",
+    ]
     (rej,) = [e for e in res.trace if isinstance(e, Rejected)]
     assert rej.name.endswith("cu130-x86_64-linux") and "CUDA 13.0" in rej.reason and "12.9" in rej.reason
 
 
 def test_every_rejection_has_a_reason() -> None:
-    repo = ["torch212-cxx11-cpu-x86_64-linux", "torch213-cxx11-cpu-aarch64-linux", "torch213-cpu-aarch64-darwin",
-            "torch213-cxx98-cpu-x86_64-linux", "torch213-cxx11-cu130-x86_64-linux", "torch-cuda", "not-a-variant",
-            "torch-stable-abi214-cpu-x86_64-linux", "tvm-ffi01-cpu-x86_64-linux"]
+    repo = [
+        "torch212-cxx11-cpu-x86_64-linux",
+        "torch213-cxx11-cpu-aarch64-linux",
+        "torch213-cpu-aarch64-darwin",
+        "torch213-cxx98-cpu-x86_64-linux",
+        "torch213-cxx11-cu130-x86_64-linux",
+        "torch-cuda",
+        "not-a-variant",
+        "torch-stable-abi214-cpu-x86_64-linux",
+        "tvm-ffi01-cpu-x86_64-linux",
+    ]
     res = resolve(repo, CPU_SYS)
     reasons = {e.name: e.reason for e in res.trace if isinstance(e, Rejected)}
     assert set(reasons) == set(repo)
-    assert "torch 2.12" in reasons["torch212-cxx11-cpu-x86_64-linux"] and "2.13" in reasons["torch212-cxx11-cpu-x86_64-linux"]
+    assert (
+        "torch 2.12" in reasons["torch212-cxx11-cpu-x86_64-linux"]
+        and "2.13" in reasons["torch212-cxx11-cpu-x86_64-linux"]
+    )
     assert "aarch64" in reasons["torch213-cxx11-cpu-aarch64-linux"]
     assert "cxx98" in reasons["torch213-cxx98-cpu-x86_64-linux"]
     assert "CUDA 13.0" in reasons["torch213-cxx11-cu130-x86_64-linux"]
@@ -82,10 +117,17 @@ def test_every_rejection_has_a_reason() -> None:
 
 
 def test_noarch_is_taken_after_arch_builds_and_stable_abi_is_forward_compatible() -> None:
-    assert str(resolve(["torch-cpu", "torch213-cxx11-cpu-x86_64-linux"], CPU_SYS).chosen) == "torch213-cxx11-cpu-x86_64-linux"
-    assert str(resolve(["torch-cpu", "torch-stable-abi211-cpu-x86_64-linux"], CPU_SYS).chosen) == \
-        "torch-stable-abi211-cpu-x86_64-linux"
-    assert str(resolve(["torch-stable-abi28-cpu-x86_64-linux"], CPU_SYS).chosen) == "torch-stable-abi28-cpu-x86_64-linux"
+    assert (
+        str(resolve(["torch-cpu", "torch213-cxx11-cpu-x86_64-linux"], CPU_SYS).chosen)
+        == "torch213-cxx11-cpu-x86_64-linux"
+    )
+    assert (
+        str(resolve(["torch-cpu", "torch-stable-abi211-cpu-x86_64-linux"], CPU_SYS).chosen)
+        == "torch-stable-abi211-cpu-x86_64-linux"
+    )
+    assert (
+        str(resolve(["torch-stable-abi28-cpu-x86_64-linux"], CPU_SYS).chosen) == "torch-stable-abi28-cpu-x86_64-linux"
+    )
 
 
 def test_a_repo_holding_both_kinds_gives_the_stable_abi_build_and_prefers_tagless_names() -> None:
@@ -98,8 +140,9 @@ def test_abi_tags_never_match_off_linux() -> None:
     mac = System((2, 13), "cpu", None, "aarch64", "darwin")
     res = resolve(["torch213-cxx11-cpu-aarch64-darwin", "torch213-cpu-aarch64-darwin"], mac)
     assert str(res.chosen) == "torch213-cpu-aarch64-darwin"
-    assert res.trace[-1] == Rejected("torch213-cxx11-cpu-aarch64-darwin",
-                                     "tagged with the cxx11 C++ ABI, which only Linux torch builds have")
+    assert res.trace[-1] == Rejected(
+        "torch213-cxx11-cpu-aarch64-darwin", "tagged with the cxx11 C++ ABI, which only Linux torch builds have"
+    )
     assert str(resolve(["torch-universal", "torch-cpu"], CPU_SYS).chosen) == "torch-cpu"
 
 
@@ -133,27 +176,47 @@ from hubkernels.variants import DIFFERENCES, KERNELS_COMPAT, archs_support, minv
 ARCHES = [("x86_64", "linux"), ("aarch64", "linux")]
 
 
-def _sys(torch: str, backend: str, bver: tuple[int, int] | None = None, cpu: str = "x86_64", os_: str = "linux",
-         cxx11: bool = True, macos: tuple[int, int] | None = None) -> System:
+def _sys(
+    torch: str,
+    backend: str,
+    bver: tuple[int, int] | None = None,
+    cpu: str = "x86_64",
+    os_: str = "linux",
+    cxx11: bool = True,
+    macos: tuple[int, int] | None = None,
+) -> System:
     major, minor = (int(p) for p in torch.split("."))
     return System((major, minor), backend, bver, cpu, os_, cxx11_abi=cxx11, macos_version=macos)
 
 
-def kernels_choice(names: list[str], system: System, backend: str | None = None,
-                   tvm_ffi: str | None = None) -> str | None:
+def kernels_choice(
+    names: list[str], system: System, backend: str | None = None, tvm_ffi: str | None = None
+) -> str | None:
     """What kernels' own resolver picks for `system` from a repository holding `names`."""
     want = backend or system.backend
-    bver = Version("{}.{}".format(*system.backend_version)) if system.backend_version and want == system.backend \
-        else None
-    selected = {"cpu": kbackends.CPU(), "metal": kbackends.Metal(), "neuron": kbackends.Neuron(),
-                "tpu": kbackends.TPU(), "cuda": bver and kbackends.CUDA(bver), "rocm": bver and kbackends.ROCm(bver),
-                "xpu": bver and kbackends.XPU(bver), "cann": bver and kbackends.CANN(bver)}[want]
+    bver = (
+        Version("{}.{}".format(*system.backend_version)) if system.backend_version and want == system.backend else None
+    )
+    selected = {
+        "cpu": kbackends.CPU(),
+        "metal": kbackends.Metal(),
+        "neuron": kbackends.Neuron(),
+        "tpu": kbackends.TPU(),
+        "cuda": bver and kbackends.CUDA(bver),
+        "rocm": bver and kbackends.ROCm(bver),
+        "xpu": bver and kbackends.XPU(bver),
+        "cann": bver and kbackends.CANN(bver),
+    }[want]
     chosen, _ = kvariants._resolve_variant_for_system(
-        variants=[kvariants.parse_variant(n) for n in names], selected_backend=selected, cpu=system.cpu, os=system.os,
+        variants=[kvariants.parse_variant(n) for n in names],
+        selected_backend=selected,
+        cpu=system.cpu,
+        os=system.os,
         torch_version=Version("{}.{}".format(*system.torch_version)),
         torch_cxx11_abi=system.cxx11_abi if system.os == "linux" else None,
         tvm_ffi_version=Version(tvm_ffi) if tvm_ffi else None,
-        macos_version=Version("{}.{}".format(*system.macos_version)) if system.macos_version else None)
+        macos_version=Version("{}.{}".format(*system.macos_version)) if system.macos_version else None,
+    )
     return chosen[0].variant_str if chosen else None
 
 
@@ -168,23 +231,37 @@ def _arch(fws: list[str], computes: list[str], platforms: list[tuple[str, str]] 
 
 #: Repositories shaped like the ones on the Hub: kernel-builder's matrix at different moments, and mixes.
 REPOS: dict[str, list[str]] = {
-    "builder-2.12-2.13-cxx11": _arch(["torch212-cxx11", "torch213-cxx11"], ["cpu", "cu126", "cu130", "rocm71",
-                                                                              "xpu20253"])
+    "builder-2.12-2.13-cxx11": _arch(
+        ["torch212-cxx11", "torch213-cxx11"], ["cpu", "cu126", "cu130", "rocm71", "xpu20253"]
+    )
     + ["torch212-metal-aarch64-darwin", "torch213-metal-aarch64-darwin", "torch213-cpu-aarch64-darwin"],
     "tagless-2.13-2.15": _arch(["torch213", "torch214", "torch215"], ["cpu", "cu126", "cu128", "cu130", "rocm72"])
     + ["torch214-cu130-x86_64-windows", "torch214-cpu-x86_64-windows", "torch215-metal-aarch64-darwin"],
-    "stable-abi-only": _arch(["torch-stable-abi210", "torch-stable-abi211", "torch-stable-abi213"],
-                             ["cpu", "cu126", "cu130"]),
+    "stable-abi-only": _arch(
+        ["torch-stable-abi210", "torch-stable-abi211", "torch-stable-abi213"], ["cpu", "cu126", "cu130"]
+    ),
     "noarch-only": ["torch-cpu", "torch-cuda", "torch-rocm", "torch-xpu", "torch-metal", "torch-npu"],
     "universal": ["torch-universal"],
     "universal-and-cuda": ["torch-universal", "torch-cuda"],
     "tvm-ffi-and-torch": _arch(["tvm-ffi01", "torch213-cxx11"], ["cu130", "cpu"]) + ["torch-cuda"],
     "cxx98-legacy": _arch(["torch211-cxx98", "torch211-cxx11", "torch212-cxx98"], ["cpu", "cu126"]),
-    "neuron-tpu-npu": ["torch213-cxx11-neuron-x86_64-linux", "torch213-tpu-x86_64-linux", "torch-neuron", "torch-tpu",
-                       "torch-stable-abi212-cann80-aarch64-linux", "torch213-cann81-aarch64-linux", "torch-npu",
-                       "torch-universal"],
-    "windows-and-mac": ["torch213-cu130-x86_64-windows", "torch213-cpu-x86_64-windows", "torch213-cpu-aarch64-darwin",
-                        "torch213-metal-aarch64-darwin", "torch-stable-abi212-metal-aarch64-darwin"],
+    "neuron-tpu-npu": [
+        "torch213-cxx11-neuron-x86_64-linux",
+        "torch213-tpu-x86_64-linux",
+        "torch-neuron",
+        "torch-tpu",
+        "torch-stable-abi212-cann80-aarch64-linux",
+        "torch213-cann81-aarch64-linux",
+        "torch-npu",
+        "torch-universal",
+    ],
+    "windows-and-mac": [
+        "torch213-cu130-x86_64-windows",
+        "torch213-cpu-x86_64-windows",
+        "torch213-cpu-aarch64-darwin",
+        "torch213-metal-aarch64-darwin",
+        "torch-stable-abi212-metal-aarch64-darwin",
+    ],
 }
 
 #: Five repositories holding both stable-ABI and exact-torch builds (the issue's case): cxx11 and tagless names.
@@ -238,9 +315,28 @@ def _orders(names: list[str]) -> list[list[str]]:
 def test_the_grid_is_wide() -> None:
     assert len(GRID) >= 60
     names = {n for r in {**REPOS, **BOTH_KINDS}.values() for n in r}
-    for part in ("torch211", "torch212", "torch213", "torch214", "torch215", "-cpu-", "cu126", "cu130", "rocm",
-                 "xpu", "metal", "neuron", "tpu", "cann", "torch-npu", "torch-universal", "torch-cpu", "stable-abi",
-                 "-cxx11-", "torch213-cu130"):
+    for part in (
+        "torch211",
+        "torch212",
+        "torch213",
+        "torch214",
+        "torch215",
+        "-cpu-",
+        "cu126",
+        "cu130",
+        "rocm",
+        "xpu",
+        "metal",
+        "neuron",
+        "tpu",
+        "cann",
+        "torch-npu",
+        "torch-universal",
+        "torch-cpu",
+        "stable-abi",
+        "-cxx11-",
+        "torch213-cu130",
+    ):
         assert any(part in n for n in names), part
 
 
@@ -256,13 +352,17 @@ def test_we_choose_what_kernels_chooses(system: str, repo: str) -> None:
 def test_the_issue_s_forty_cases_holding_both_kinds_have_no_difference() -> None:
     cases = [(s, r) for s in SYSTEMS for r in BOTH_KINDS]
     assert len(cases) == 40
-    differ = [(s, r) for s, r in cases
-              if our_choice(BOTH_KINDS[r], SYSTEMS[s]) != kernels_choice(BOTH_KINDS[r], SYSTEMS[s])]
+    differ = [
+        (s, r) for s, r in cases if our_choice(BOTH_KINDS[r], SYSTEMS[s]) != kernels_choice(BOTH_KINDS[r], SYSTEMS[s])
+    ]
     assert differ == []
     # where an exact-torch build also fits, the stable-ABI one is taken (an exact-torch-first order picks otherwise)
-    both_fit = [(s, r) for s, r in cases
-                if {e.variant.kind for e in resolve(BOTH_KINDS[r], SYSTEMS[s]).trace if isinstance(e, Accepted)}
-                >= {"torch", "stable-abi"}]
+    both_fit = [
+        (s, r)
+        for s, r in cases
+        if {e.variant.kind for e in resolve(BOTH_KINDS[r], SYSTEMS[s]).trace if isinstance(e, Accepted)}
+        >= {"torch", "stable-abi"}
+    ]
     assert len(both_fit) >= 8
     assert all(resolve(BOTH_KINDS[r], SYSTEMS[s]).chosen.kind == "stable-abi" for s, r in both_fit)
 
@@ -276,8 +376,25 @@ def test_backend_cpu_on_any_system_matches_kernels(system: str) -> None:
 def test_cuda_family_and_specific_archs_match_kernels() -> None:
     from kernels.archs import _supports_cuda_capability
 
-    archs = ["7.5", "8.0", "8.6", "9.0", "9.0a", "10.0", "10.0a", "10.0f", "10.3f", "12.0", "12.0f", "12.0a",
-             "8.0+PTX", "9.0a+PTX", "10.0f+PTX", "sm_90", "weird"]
+    archs = [
+        "7.5",
+        "8.0",
+        "8.6",
+        "9.0",
+        "9.0a",
+        "10.0",
+        "10.0a",
+        "10.0f",
+        "10.3f",
+        "12.0",
+        "12.0f",
+        "12.0a",
+        "8.0+PTX",
+        "9.0a+PTX",
+        "10.0f+PTX",
+        "sm_90",
+        "weird",
+    ]
     caps = [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1)]
     checked = 0
     for cap in caps:
@@ -298,12 +415,21 @@ def test_kernels_minver_refuses_what_kernels_refuses(minver: str | None, tmp_pat
     from kernels.validate import MinverValidator
 
     assert tuple(int(p) for p in kernels.__version__.split(".")[:3]) == KERNELS_COMPAT
-    raw = {"name": "tiny-k", "id": "_tiny_k_cpu_1", "version": 1, "license": "MIT", "python-depends": [],
-           "kernel-depends": [], "backend": {"type": "cpu"}, **({"kernels-minver": minver} if minver else {})}
+    raw = {
+        "name": "tiny-k",
+        "id": "_tiny_k_cpu_1",
+        "version": 1,
+        "license": "MIT",
+        "python-depends": [],
+        "kernel-depends": [],
+        "backend": {"type": "cpu"},
+        **({"kernels-minver": minver} if minver else {}),
+    }
     (tmp_path / "metadata.json").write_text(json.dumps(raw))
     try:
-        MinverValidator().validate_metadata(metadata=KMetadata.read_from_file(tmp_path / "metadata.json"),
-                                            variant="torch-cpu")
+        MinverValidator().validate_metadata(
+            metadata=KMetadata.read_from_file(tmp_path / "metadata.json"), variant="torch-cpu"
+        )
         kernels_refuses = False
     except (RuntimeError, ValueError):
         kernels_refuses = True
@@ -311,6 +437,7 @@ def test_kernels_minver_refuses_what_kernels_refuses(minver: str | None, tmp_pat
 
 
 # Each knowing difference, shown.
+
 
 def test_difference_tvm_ffi_is_never_chosen() -> None:
     assert "tvm-ffi" in DIFFERENCES[0]

@@ -30,8 +30,13 @@ def as_script(blocks: list[tuple[str, str]]) -> str:
             # The kernel's own tests already ran in tests/test_init_verify.py on the same template; here verify
             # does every other check, so the walkthrough stays within CI's time. CI machines are shared: the
             # speed gate allows for the load there (helpers.VERIFY_CI_TOLERANCE).
-            lines.append(re.sub(r"(?m)^hubkernels verify$",
-                                f"hubkernels verify --skip tests --tolerance {VERIFY_CI_TOLERANCE}", code))
+            lines.append(
+                re.sub(
+                    r"(?m)^hubkernels verify$",
+                    f"hubkernels verify --skip tests --tolerance {VERIFY_CI_TOLERANCE}",
+                    code,
+                )
+            )
         else:
             lines.append(f"\"{sys.executable}\" - <<'WALKTHROUGH_PY'\n{code}WALKTHROUGH_PY")
     return "\n".join(lines) + "\n"
@@ -39,18 +44,31 @@ def as_script(blocks: list[tuple[str, str]]) -> str:
 
 def test_the_walkthrough_has_every_step():
     code = "\n".join(c for _, c in doc_blocks())
-    for step in ("hubkernels init", "hubkernels build", "hubkernels verify", "hubkernels upload",
-                 "hubkernels.get_kernel(", "hubkernels.kernelize("):
+    for step in (
+        "hubkernels init",
+        "hubkernels build",
+        "hubkernels verify",
+        "hubkernels upload",
+        "hubkernels.get_kernel(",
+        "hubkernels.kernelize(",
+    ):
         assert step in code, f"docs/walkthrough.md lost its `{step}` step"
 
 
 def test_the_walkthrough_runs_end_to_end_on_cpu(hub, tmp_path):
-    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "newcomer", "GIT_AUTHOR_EMAIL": "newcomer@example.com",
-           "GIT_COMMITTER_NAME": "newcomer", "GIT_COMMITTER_EMAIL": "newcomer@example.com",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(["bash", "-c", as_script(doc_blocks())], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=1500)
+    env = {
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "newcomer",
+        "GIT_AUTHOR_EMAIL": "newcomer@example.com",
+        "GIT_COMMITTER_NAME": "newcomer",
+        "GIT_COMMITTER_EMAIL": "newcomer@example.com",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        ["bash", "-c", as_script(doc_blocks())], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500
+    )
     assert done.returncode == 0, f"walkthrough failed:\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}"
     out = done.stdout
     assert "rms_norm matches its float64 reference" in out

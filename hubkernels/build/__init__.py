@@ -21,19 +21,28 @@ from .._version import __version__
 from ..config import BuildConfig, load_config
 from ..digest import hash_variant
 from ..errors import BuildError
-from ..metadata import Metadata
 from ..layout import ships
+from ..metadata import Metadata
 from ..system import System, Variant
 from .abi import check_abi, check_torch_stable_abi
 from .checks import check_buildable
 from .compile import CompileError, compile_native
 from .generated import noarch_ops_py, ops_py
-from .loadcheck import admitted_tables, check_module
 from .ids import git_state, ops_name, unique_id
+from .loadcheck import admitted_tables, check_module
 from .toolchain import check_torch_bounds, choose_backend, stable_abi, variant_for
 
-__all__ = ["BuildResult", "CompileError", "build", "check_abi", "check_torch_stable_abi", "choose_backend",
-           "git_state", "ops_name", "unique_id"]
+__all__ = [
+    "BuildResult",
+    "CompileError",
+    "build",
+    "check_abi",
+    "check_torch_stable_abi",
+    "choose_backend",
+    "git_state",
+    "ops_name",
+    "unique_id",
+]
 
 
 @dataclass(frozen=True)
@@ -47,8 +56,15 @@ class BuildResult:
     also: tuple[BuildResult, ...] = ()
 
 
-def build(path: str | Path = ".", *, backend: str | None = None, jobs: int | None = None,
-          verbose: bool = False, out_dir: str | Path | None = None, quiet: bool = False) -> BuildResult:
+def build(
+    path: str | Path = ".",
+    *,
+    backend: str | None = None,
+    jobs: int | None = None,
+    verbose: bool = False,
+    out_dir: str | Path | None = None,
+    quiet: bool = False,
+) -> BuildResult:
     """Build the kernel at `path` for this machine into `<path>/build/<variant>/` and return where it went.
 
     A noarch kernel built without `backend` gets a `torch-<backend>` variant for each backend it lists.
@@ -65,12 +81,15 @@ def build(path: str | Path = ".", *, backend: str | None = None, jobs: int | Non
             return _build_locked(config, backend, jobs, verbose, out_dir, quiet)
     except OSError as e:  # a build or output directory that cannot be written: say which, no traceback
         where = f" ({e.filename})" if e.filename else ""
-        raise BuildError(f"cannot write the build output{where}: {e.strerror or e}; "
-                         "check that the kernel directory and its build/ and _build/ are writable directories") from None
+        raise BuildError(
+            f"cannot write the build output{where}: {e.strerror or e}; "
+            "check that the kernel directory and its build/ and _build/ are writable directories"
+        ) from None
 
 
-def _build_locked(config: BuildConfig, backend: str | None, jobs: int | None, verbose: bool,
-                  out_dir: str | Path | None, quiet: bool) -> BuildResult:
+def _build_locked(
+    config: BuildConfig, backend: str | None, jobs: int | None, verbose: bool, out_dir: str | Path | None, quiet: bool
+) -> BuildResult:
     system = System.current()
     chosen = choose_backend(config, system, backend)
     check_buildable(config, chosen)
@@ -78,19 +97,33 @@ def _build_locked(config: BuildConfig, backend: str | None, jobs: int | None, ve
     out_root = Path(out_dir) if out_dir else config.root / "build"
     uid = unique_id(config.root)
     if config.is_noarch(chosen):
-        backends = [chosen] if backend is not None else [chosen] + [b for b in config.general.backends
-                                                         if b != chosen and config.is_noarch(b)]
-        results = [_build_variant(config, b, Variant("noarch", b), None, uid, out_root, jobs, verbose, quiet)
-                   for b in backends]
-        return BuildResult(results[0].variant, results[0].path, results[0].id, results[0].up_to_date,
-                           tuple(results[1:]))
+        backends = (
+            [chosen]
+            if backend is not None
+            else [chosen] + [b for b in config.general.backends if b != chosen and config.is_noarch(b)]
+        )
+        results = [
+            _build_variant(config, b, Variant("noarch", b), None, uid, out_root, jobs, verbose, quiet) for b in backends
+        ]
+        return BuildResult(
+            results[0].variant, results[0].path, results[0].id, results[0].up_to_date, tuple(results[1:])
+        )
     target = stable_abi(config, chosen, system)
     variant = variant_for(system, chosen, target)
     return _build_variant(config, chosen, variant, target, uid, out_root, jobs, verbose, quiet)
 
 
-def _build_variant(config: BuildConfig, backend: str, variant: Variant, target: tuple[int, int] | None, uid: str,
-                   out_root: Path, jobs: int | None, verbose: bool, quiet: bool) -> BuildResult:
+def _build_variant(
+    config: BuildConfig,
+    backend: str,
+    variant: Variant,
+    target: tuple[int, int] | None,
+    uid: str,
+    out_root: Path,
+    jobs: int | None,
+    verbose: bool,
+    quiet: bool,
+) -> BuildResult:
     root = config.root
     name = ops_name(config, backend, uid)
     noarch = variant.kind == "noarch"
@@ -101,12 +134,14 @@ def _build_variant(config: BuildConfig, backend: str, variant: Variant, target: 
     sources += [root / s for s in (config.torch.src if config.torch else ())]
     sources = [s for s in sources if s.is_file()]  # a missing one is reported by the compile step
     builder = sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).parent.with_name("_setup_ext.py")]
-    stamp = _stamp([__version__, name, str(variant), config.file.read_text(), sys.version_info[:2]],
-                   pkg_files + sources + builder)
+    stamp = _stamp(
+        [__version__, name, str(variant), config.file.read_text(), sys.version_info[:2]], pkg_files + sources + builder
+    )
     stamp_file = work / "stamp"
     if dest.is_dir() and stamp_file.is_file() and stamp_file.read_text() == stamp:
         try:
             from ..digest import violations
+
             if not violations(dest, Metadata.read(dest).digest):
                 _say(quiet, f"{variant}: up to date ({dest})")
                 return BuildResult(variant, dest, name, True)
@@ -149,8 +184,10 @@ def _check_module(so: Path, target: tuple[int, int] | None, variant: Variant, qu
     loads = check_module(so, variant, admitted_tables(variant))
     fatal += loads.problems
     if fatal:
-        raise BuildError(f"{so.name} would not load where {variant} says it does (fix the source or the link; "
-                         "reasons below):\n  " + "\n  ".join(fatal))
+        raise BuildError(
+            f"{so.name} would not load where {variant} says it does (fix the source or the link; "
+            "reasons below):\n  " + "\n  ".join(fatal)
+        )
     for p in loads.platform:
         _say(quiet, f"warning: load check: {p}")
 
@@ -165,11 +202,19 @@ def _write_metadata(config: BuildConfig, backend: str, name: str, archs: list[st
     provenance: dict[str, object] = {"kernel-builder": {"name": "hubkernels", "version": __version__}}
     if commit:
         provenance["kernel"] = {"commit": commit, "dirty": dirty}
-    meta = Metadata(name=config.general.name, id=name, version=config.general.version, license=config.general.license,
-                    backend=backend_meta, python_depends=config.python_depends(backend),
-                    kernel_depends=[_dependency(d) for d in config.kernel_depends(backend)],
-                    upstream=config.general.upstream, source=config.general.source,
-                    digest={"algorithm": "sha256", "files": hash_variant(staging)}, provenance=provenance)
+    meta = Metadata(
+        name=config.general.name,
+        id=name,
+        version=config.general.version,
+        license=config.general.license,
+        backend=backend_meta,
+        python_depends=config.python_depends(backend),
+        kernel_depends=[_dependency(d) for d in config.kernel_depends(backend)],
+        upstream=config.general.upstream,
+        source=config.general.source,
+        digest={"algorithm": "sha256", "files": hash_variant(staging)},
+        provenance=provenance,
+    )
     meta.write(staging)
 
 

@@ -18,8 +18,11 @@ from ..errors import BuildError
 
 _GUARD = re.compile(r"#\s*if\s+TORCH_FEATURE_VERSION\s*>=\s*TORCH_VERSION_(\d+)_(\d+)_\d+")
 _EXPORT = re.compile(r"AOTI_TORCH_EXPORT\s+(?:[\w:]+[\s\*]+)*?\**(\w+)\s*\(")
-_SHIM_HEADERS = ("torch/csrc/stable/c/shim.h", "torch/csrc/inductor/aoti_torch/c/shim*.h",
-                 "torch/csrc/inductor/aoti_torch/generated/c_shim_*.h")
+_SHIM_HEADERS = (
+    "torch/csrc/stable/c/shim.h",
+    "torch/csrc/inductor/aoti_torch/c/shim*.h",
+    "torch/csrc/inductor/aoti_torch/generated/c_shim_*.h",
+)
 
 
 def check_abi(so: Path, python_abi: str = "3.9", manylinux: str = "manylinux_2_28") -> list[str]:

@@ -22,8 +22,9 @@ from ..errors import BuildError
 from ..settings import toolchain_dir
 
 #: kernel-builder's torch-ops-check: decorators whose first argument must be `add_op_namespace_prefix(...)`.
-TORCH_LIBRARY_DECORATORS = frozenset({"custom_op", "triton_op", "register_kernel", "register_fake", "register_vmap",
-                                      "register_torch_dispatch"})
+TORCH_LIBRARY_DECORATORS = frozenset(
+    {"custom_op", "triton_op", "register_kernel", "register_fake", "register_vmap", "register_torch_dispatch"}
+)
 #: Dependencies that need nothing beyond torch's own headers.
 _HEADERLESS = frozenset({"torch"})
 #: Header directories inside the nvidia-cutlass wheel (the C++ library and its tools/util helpers).
@@ -33,12 +34,16 @@ _CUTLASS_INCLUDES = ("cutlass_library/source/include", "cutlass_library/source/t
 def check_buildable(config: BuildConfig, backend: str) -> None:
     """Refuse, in one line, what hubkernels cannot build for `backend` (before any compiler runs)."""
     if config.tvm_ffi is not None:
-        raise BuildError(f"{config.file}: [tvm-ffi] kernels are not built by hubkernels yet; only [torch] and "
-                         "[torch-noarch] kernels are")
+        raise BuildError(
+            f"{config.file}: [tvm-ffi] kernels are not built by hubkernels yet; only [torch] and "
+            "[torch-noarch] kernels are"
+        )
     if config.torch is not None and not config.kernels_for(backend):
-        raise BuildError(f"{config.file}: backend {backend!r} has no [kernel.*] with backend = {backend!r}, so its "
-                         f"variant would hold the binding without its ops: add one, or remove {backend!r} from "
-                         "[general] backends (pure-Python kernels use [torch-noarch])")
+        raise BuildError(
+            f"{config.file}: backend {backend!r} has no [kernel.*] with backend = {backend!r}, so its "
+            f"variant would hold the binding without its ops: add one, or remove {backend!r} from "
+            "[general] backends (pure-Python kernels use [torch-noarch])"
+        )
     check_op_registrations(config)
 
 
@@ -46,8 +51,10 @@ def check_op_registrations(config: BuildConfig) -> None:
     """Refuse torch.library registrations in the package that bypass `add_op_namespace_prefix`."""
     found = op_registration_violations(config.package_dir)
     if found:
-        raise BuildError(f"Torch library registrations that do not use `add_op_namespace_prefix`: {'; '.join(found)} "
-                         "(register as custom_op(add_op_namespace_prefix(\"name\")), with the helper from ._ops)")
+        raise BuildError(
+            f"Torch library registrations that do not use `add_op_namespace_prefix`: {'; '.join(found)} "
+            '(register as custom_op(add_op_namespace_prefix("name")), with the helper from ._ops)'
+        )
 
 
 def op_registration_violations(package: Path) -> list[str]:
@@ -63,11 +70,13 @@ def op_registration_violations(package: Path) -> list[str]:
             if type(node) not in kinds:
                 continue
             for deco in node.decorator_list:  # type: ignore[attr-defined]
-                if (isinstance(deco, ast.Call) and deco.args and _called(deco) in TORCH_LIBRARY_DECORATORS
-                        and not (isinstance(deco.args[0], ast.Call)
-                                 and _called(deco.args[0]) == "add_op_namespace_prefix")):
-                    found.append(f"{path.relative_to(package.parent)}:{node.lineno} {kinds[type(node)]} "
-                                 f"{node.name}")  # type: ignore[attr-defined]
+                if (
+                    isinstance(deco, ast.Call)
+                    and deco.args
+                    and _called(deco) in TORCH_LIBRARY_DECORATORS
+                    and not (isinstance(deco.args[0], ast.Call) and _called(deco.args[0]) == "add_op_namespace_prefix")
+                ):
+                    found.append(f"{path.relative_to(package.parent)}:{node.lineno} {kinds[type(node)]} {node.name}")  # type: ignore[attr-defined]
     return found
 
 
@@ -87,8 +96,10 @@ def dependency_includes(config: BuildConfig, backend: str) -> list[Path]:
             if dep in _HEADERLESS:
                 continue
             if not dep.startswith("cutlass_"):
-                raise BuildError(f"{config.file}: [kernel.{kernel.name}] depends on {dep!r}, which hubkernels "
-                                 "cannot supply yet; only torch and cutlass_* dependencies build here")
+                raise BuildError(
+                    f"{config.file}: [kernel.{kernel.name}] depends on {dep!r}, which hubkernels "
+                    "cannot supply yet; only torch and cutlass_* dependencies build here"
+                )
             dirs += [d for d in cutlass_headers(dep.removeprefix("cutlass_").replace("_", ".")) if d not in dirs]
     return dirs
 
@@ -101,13 +112,31 @@ def cutlass_headers(version: str) -> list[Path]:
         return [d for d in dirs if d.is_dir()]
     home.mkdir(parents=True, exist_ok=True)
     spec = f"nvidia-cutlass=={version}.*"
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "-q",
-                           "-d", str(home / "wheel"), spec], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-q",
+            "-d",
+            str(home / "wheel"),
+            spec,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wheels = sorted((home / "wheel").glob("nvidia_cutlass-*.whl"))
     if proc.returncode != 0 or not wheels:
         reason = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
-        raise BuildError(f"depends cutlass_{version.replace('.', '_')} needs the CUTLASS {version} headers, but "
-                         f"`pip download {spec}` failed ({reason}): use a CUTLASS version the package index has")
+        raise BuildError(
+            f"depends cutlass_{version.replace('.', '_')} needs the CUTLASS {version} headers, but "
+            f"`pip download {spec}` failed ({reason}): use a CUTLASS version the package index has"
+        )
     with zipfile.ZipFile(wheels[-1]) as whl:
         whl.extractall(home, [n for n in whl.namelist() if n.startswith(_CUTLASS_INCLUDES)])
     (home / ".complete").write_text(wheels[-1].name + "\n")

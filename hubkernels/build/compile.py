@@ -34,8 +34,13 @@ _DEFAULT_CUDA_ARCHS: tuple[tuple[tuple[int, int], tuple[str, ...]], ...] = (
     ((0, 0), ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0+PTX")),
 )
 #: Torch's nvcc flags that kernel-builder undoes (CUDA >= 11.8): half and bfloat16 operators stay usable.
-_UNDO_NVCC = ("-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-              "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__", "-DENABLE_FP8")
+_UNDO_NVCC = (
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-DENABLE_FP8",
+)
 _BACKEND_DEFINES = {"cpu": ["-DCPU_KERNEL"], "cuda": ["-DCUDA_KERNEL", "-DUSE_CUDA=1"]}
 
 
@@ -43,8 +48,16 @@ class CompileError(BuildError):
     """The compiler (or linker) failed; the message carries its output. The CLI exits 1 on it."""
 
 
-def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, jobs: int | None,
-                   verbose: bool, stable_abi: tuple[int, int] | None) -> tuple[Path, list[str]]:
+def compile_native(
+    config: BuildConfig,
+    backend: str,
+    name: str,
+    work: Path,
+    *,
+    jobs: int | None,
+    verbose: bool,
+    stable_abi: tuple[int, int] | None,
+) -> tuple[Path, list[str]]:
     """Compile into `work/lib/<name>*.so`; returns it and the CUDA capabilities built (empty for cpu).
 
     Flags go per source, as kernel-builder's CMake sets them: `[torch] cxx-flags` reach the binding only, and
@@ -55,11 +68,14 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
     kernels = config.kernels_for(backend)
     binding = [root / rel for rel in (config.torch.src if config.torch else ())]
     includes: list[Path] = [root] + [root / rel for rel in (config.torch.include if config.torch else ())]
-    missing = [str(s.relative_to(root)) for s in binding + [root / s for k in kernels for s in k.src]
-               if not s.is_file()]
+    missing = [
+        str(s.relative_to(root)) for s in binding + [root / s for k in kernels for s in k.src] if not s.is_file()
+    ]
     if missing:
-        raise BuildError(f"{config.file}: source {missing[0]} listed for {backend} does not exist; "
-                         "fix the path in build.toml or add the file")
+        raise BuildError(
+            f"{config.file}: source {missing[0]} listed for {backend} does not exist; "
+            "fix the path in build.toml or add the file"
+        )
     suffixes = _CXX_SUFFIXES | (_CUDA_SUFFIXES if backend == "cuda" else set())
     env = dict(os.environ)
     cuda_version: tuple[int, int] | None = None
@@ -74,22 +90,35 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
     for k in kernels:
         archs = _kernel_archs(k, cuda_version, env.get("CUDA_HOME")) if backend == "cuda" else []
         all_archs += archs
-        groups.append({"name": f"kernel-{k.name}", "sources": [str(root / s) for s in k.src
-                                                               if Path(s).suffix in suffixes],
-                       "include_dirs": [str(root / i) for i in k.include], "cxx": list(k.cxx_flags),
-                       "nvcc": [*(k.cuda_flags or ()), *(f for a in archs for f in _gencode(a))]})
+        groups.append(
+            {
+                "name": f"kernel-{k.name}",
+                "sources": [str(root / s) for s in k.src if Path(s).suffix in suffixes],
+                "include_dirs": [str(root / i) for i in k.include],
+                "cxx": list(k.cxx_flags),
+                "nvcc": [*(k.cuda_flags or ()), *(f for a in archs for f in _gencode(a))],
+            }
+        )
     archs_built = _sort_archs(set(all_archs))
     # The binding also sees the kernels' include directories (kernel-builder gives it [torch] include only), so
     # it may include a kernel's header by name; it never gets a kernel's flags.
-    groups.insert(0, {"name": "torch-binding", "sources": [str(s) for s in binding if s.suffix in suffixes]
-                      + [str(glibc_compat(work)), str(libstdcxx_compat(work))],
-                      "include_dirs": list(dict.fromkeys(str(root / i) for k in kernels for i in k.include)),
-                      "cxx": list(config.torch.cxx_flags if config.torch else ()),
-                      "nvcc": [f for a in archs_built for f in _gencode(a)]})
+    groups.insert(
+        0,
+        {
+            "name": "torch-binding",
+            "sources": [str(s) for s in binding if s.suffix in suffixes]
+            + [str(glibc_compat(work)), str(libstdcxx_compat(work))],
+            "include_dirs": list(dict.fromkeys(str(root / i) for k in kernels for i in k.include)),
+            "cxx": list(config.torch.cxx_flags if config.torch else ()),
+            "nvcc": [f for a in archs_built for f in _gencode(a)],
+        },
+    )
     groups = [g for g in groups if g["sources"]]
     if len(groups) == 1 and len(groups[0]["sources"]) == 1:  # type: ignore[arg-type]
-        raise BuildError(f"no C++/CUDA sources to compile for backend {backend}: list .cpp/.cu files in "
-                         f"[kernel.*] src of {config.file.name}")
+        raise BuildError(
+            f"no C++/CUDA sources to compile for backend {backend}: list .cpp/.cu files in "
+            f"[kernel.*] src of {config.file.name}"
+        )
     includes.append(registration_dir(work))
     includes += dependency_includes(config, backend)
     defines = list(_BACKEND_DEFINES[backend])
@@ -118,10 +147,21 @@ def compile_native(config: BuildConfig, backend: str, name: str, work: Path, *, 
         includes.append(Path(env["CUDA_HOME"]) / "include")  # the host compile of the binding sees cuda_runtime.h
     compiled = [src for g in groups for src in g["sources"]]  # type: ignore[attr-defined]
     openmp = any("-fopenmp" in g["cxx"] for g in groups)  # type: ignore[operator]
-    spec = {"name": name, "sources": compiled, "include_dirs": [str(i) for i in includes],
-            "cxx": cxx_flags, "nvcc": nvcc_flags, "cuda": backend == "cuda", "stable": bool(stable_abi),
-            "groups": groups, "build_lib": str(lib_dir), "build_temp": str(tmp_dir), "library_dirs": library_dirs,
-            "libraries": libraries, "link": ["-fopenmp"] if openmp else []}
+    spec = {
+        "name": name,
+        "sources": compiled,
+        "include_dirs": [str(i) for i in includes],
+        "cxx": cxx_flags,
+        "nvcc": nvcc_flags,
+        "cuda": backend == "cuda",
+        "stable": bool(stable_abi),
+        "groups": groups,
+        "build_lib": str(lib_dir),
+        "build_temp": str(tmp_dir),
+        "library_dirs": library_dirs,
+        "libraries": libraries,
+        "link": ["-fopenmp"] if openmp else [],
+    }
     (work / "spec.json").write_text(json.dumps(spec, indent=2))
     for old in lib_dir.glob(f"{name}*.so"):
         old.unlink()
@@ -145,8 +185,9 @@ def default_cuda_archs(cuda: tuple[int, int] | None) -> tuple[str, ...]:
     return next(archs for floor, archs in _DEFAULT_CUDA_ARCHS if cuda is None or cuda >= floor)
 
 
-def cuda_kernel_archs(kernel: str, requested: tuple[str, ...], cuda: tuple[int, int] | None,
-                      toolkit: frozenset[str] | None = None) -> list[str]:
+def cuda_kernel_archs(
+    kernel: str, requested: tuple[str, ...], cuda: tuple[int, int] | None, toolkit: frozenset[str] | None = None
+) -> list[str]:
     """A kernel's capabilities as kernel-builder builds them: `requested` loosely intersected with the
     release's capabilities (those `nvcc --list-gpu-arch` lists, when `toolkit` is given); an empty result fails.
 
@@ -179,9 +220,11 @@ def cuda_kernel_archs(kernel: str, requested: tuple[str, ...], cuda: tuple[int, 
         if pick is not None:
             chosen.append(pick)
     if not chosen:
-        raise BuildError(f"CUDA kernel: {kernel}, empty set of capabilities after intersection (kernel: "
-                         f"{';'.join(requested)}, supported: {';'.join(targets)}); list a capability that "
-                         f"CUDA {'.'.join(map(str, cuda or ())) or 'here'} supports in cuda-capabilities")
+        raise BuildError(
+            f"CUDA kernel: {kernel}, empty set of capabilities after intersection (kernel: "
+            f"{';'.join(requested)}, supported: {';'.join(targets)}); list a capability that "
+            f"CUDA {'.'.join(map(str, cuda or ())) or 'here'} supports in cuda-capabilities"
+        )
     return _sort_archs({a + "+PTX" if a in ptx else a for a in chosen})
 
 
@@ -195,8 +238,13 @@ def toolkit_archs(home: str | None) -> frozenset[str] | None:
 @functools.lru_cache(maxsize=None)
 def _list_gpu_arch(home: str) -> frozenset[str] | None:
     try:
-        out = subprocess.run([str(Path(home) / "bin" / "nvcc"), "--list-gpu-arch"], capture_output=True,
-                             text=True, timeout=60, check=False).stdout
+        out = subprocess.run(
+            [str(Path(home) / "bin" / "nvcc"), "--list-gpu-arch"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     found = frozenset(re.findall(r"compute_\w+", out))
@@ -239,15 +287,15 @@ def _run_with_progress(cmd: list[str], env: dict[str, str], n_sources: int, verb
 
     log: list[str] = []
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                errors="replace")
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace"
+        )
     except OSError as e:
         raise BuildError(f"could not start the compile ({e})") from None
     assert proc.stdout is not None
     step = re.compile(r"^\[(\d+)/(\d+)\]")
     done = last = 0  # one ninja run per source group: its [i/n] steps add to the runs before it
-    with tqdm(total=n_sources, desc="compiling", unit="step", file=sys.stderr,
-              disable=None, leave=False) as bar:
+    with tqdm(total=n_sources, desc="compiling", unit="step", file=sys.stderr, disable=None, leave=False) as bar:
         for line in proc.stdout:
             log.append(line)
             if verbose:

@@ -22,17 +22,40 @@ from pathlib import Path
 from ..system import Variant
 from .symbols import STD_MANGLED, ElfModule, TorchTable, installed_table, read_elf, shipped_tables
 
-__all__ = ["PLATFORM_FLOOR", "LoadCheck", "admitted_tables", "check_module", "check_variant", "load_problems",
-           "variant_load_problems"]
+__all__ = [
+    "PLATFORM_FLOOR",
+    "LoadCheck",
+    "admitted_tables",
+    "check_module",
+    "check_variant",
+    "load_problems",
+    "variant_load_problems",
+]
 
 #: The platform torch's Linux wheels target, and the newest symbol version of each family it guarantees
 #: (the manylinux_2_28 policy: glibc 2.28, GCC 8's libstdc++).
 PLATFORM_FLOOR = "manylinux_2_28"
 _FLOOR_VERSIONS = {"GLIBC": (2, 28), "GLIBCXX": (3, 4, 24), "CXXABI": (1, 3, 11), "GCC": (7, 0, 0)}
-_SYSTEM_LIBRARIES = frozenset({
-    "libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0", "libutil.so.1", "libresolv.so.2",
-    "libanl.so.1", "libnsl.so.1", "libmvec.so.1", "libgcc_s.so.1", "libstdc++.so.6", "libatomic.so.1", "libz.so.1",
-    "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"})
+_SYSTEM_LIBRARIES = frozenset(
+    {
+        "libc.so.6",
+        "libm.so.6",
+        "libdl.so.2",
+        "librt.so.1",
+        "libpthread.so.0",
+        "libutil.so.1",
+        "libresolv.so.2",
+        "libanl.so.1",
+        "libnsl.so.1",
+        "libmvec.so.1",
+        "libgcc_s.so.1",
+        "libstdc++.so.6",
+        "libatomic.so.1",
+        "libz.so.1",
+        "ld-linux-x86-64.so.2",
+        "ld-linux-aarch64.so.1",
+    }
+)
 _TORCH_CXX = re.compile(r"^_Z(?:N[KRVO]*|T[ISV])?(?:3c10|2at|5torch|6caffe2)")
 
 
@@ -99,21 +122,28 @@ def check_module(so: Path, variant: Variant, tables: Sequence[TorchTable]) -> Lo
     for need in module.needed:
         m = re.fullmatch(r"libcudart\.so\.(\d+)", need)
         if m and cuda_major is not None and int(m.group(1)) != cuda_major:
-            report(f"{so.name} needs {need}, but the variant is for CUDA {cuda_major}: build with a CUDA "
-                   f"{cuda_major} toolkit")
+            report(
+                f"{so.name} needs {need}, but the variant is for CUDA {cuda_major}: build with a CUDA "
+                f"{cuda_major} toolkit"
+            )
     for u in module.undefined:
         if u.weak or not u.version or u.file not in _SYSTEM_LIBRARIES:
             continue
         family, _, number = u.version.partition("_")
         floor = _FLOOR_VERSIONS.get(family)
         if floor is not None and _numbers(number) > floor:
-            report(f"{so.name} needs {_demangle(u.name)} at {u.version} from {u.file}, newer than {PLATFORM_FLOOR} "
-                   f"guarantees ({family}_{'.'.join(map(str, floor))}): it fails to load on older Linux systems; "
-                   "avoid the call or build on an older system", floor=True)
+            report(
+                f"{so.name} needs {_demangle(u.name)} at {u.version} from {u.file}, newer than {PLATFORM_FLOOR} "
+                f"guarantees ({family}_{'.'.join(map(str, floor))}): it fails to load on older Linux systems; "
+                "avoid the call or build on an older system",
+                floor=True,
+            )
     for table in tables:
         _resolve(so, module, variant, table, report)
-    return LoadCheck(tuple(f"{msg}{_versions(labels)}" for msg, labels in found.items()),
-                     tuple(f"{msg}{_versions(labels)}" for msg, labels in platform.items()))
+    return LoadCheck(
+        tuple(f"{msg}{_versions(labels)}" for msg, labels in found.items()),
+        tuple(f"{msg}{_versions(labels)}" for msg, labels in platform.items()),
+    )
 
 
 def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, report) -> None:  # type: ignore[no-untyped-def]
@@ -135,8 +165,11 @@ def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, r
                 report(f"{so.name} needs {need}, which a CPU-only torch does not have: link it only in CUDA builds")
             continue
         if need not in reachable:
-            report(f"{so.name} needs {need}, which neither torch nor a {PLATFORM_FLOOR} system provides: link it "
-                   "statically or ship it with the kernel", table)
+            report(
+                f"{so.name} needs {need}, which neither torch nor a {PLATFORM_FLOOR} system provides: link it "
+                "statically or ship it with the kernel",
+                table,
+            )
     providers = [by_name[n] for n in scope if n in by_name]
     for u in module.undefined:
         if u.weak or u.version or u.name.startswith(("Py", "_Py")):
@@ -148,19 +181,32 @@ def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, r
         if STD_MANGLED.match(u.name):  # not in torch's libraries: libstdc++ serves it, at the version it defines it
             version = _libstdcxx_versions().get(u.name)
             if version is None or _numbers(version.partition("_")[2]) > _FLOOR_VERSIONS["GLIBCXX"]:
-                report(f"{so.name} calls {_demangle(u.name)}, which torch does not export and libstdc++ has only "
-                       f"from {version or 'no version'} (newer than {PLATFORM_FLOOR}'s GLIBCXX_3.4.24): avoid it",
-                       table, floor=True)
+                report(
+                    f"{so.name} calls {_demangle(u.name)}, which torch does not export and libstdc++ has only "
+                    f"from {version or 'no version'} (newer than {PLATFORM_FLOOR}'s GLIBCXX_3.4.24): avoid it",
+                    table,
+                    floor=True,
+                )
             continue
         elsewhere = [name for name, lib in table.libraries.items() if u.name in lib.exports]
         if elsewhere:
-            report(f"{so.name} calls {_demangle(u.name)}, exported by {elsewhere[0]}, which {so.name} does not "
-                   f"list in DT_NEEDED: link it (-l{elsewhere[0][3:].split('.so')[0]})", table)
+            report(
+                f"{so.name} calls {_demangle(u.name)}, exported by {elsewhere[0]}, which {so.name} does not "
+                f"list in DT_NEEDED: link it (-l{elsewhere[0][3:].split('.so')[0]})",
+                table,
+            )
         else:
-            since = next((t for t in shipped_tables() if any(u.name in lib.exports for lib in t.libraries.values())),
-                         None)
-            hint = (f"; torch exports it from {_short(since)} on: raise [torch] stable-abi to {_short(since)} or "
-                    "avoid the call") if since is not None and since.minor > table.minor else ""
+            since = next(
+                (t for t in shipped_tables() if any(u.name in lib.exports for lib in t.libraries.values())), None
+            )
+            hint = (
+                (
+                    f"; torch exports it from {_short(since)} on: raise [torch] stable-abi to {_short(since)} or "
+                    "avoid the call"
+                )
+                if since is not None and since.minor > table.minor
+                else ""
+            )
             report(f"{so.name} calls {_demangle(u.name)}, which no library it links exports{hint}", table)
 
 

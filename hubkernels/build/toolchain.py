@@ -26,7 +26,9 @@ def choose_backend(config: BuildConfig, system: System, backend: str | None) -> 
     backends = config.general.backends
     if backend is not None:
         if backend not in backends:
-            raise BuildError(f"{config.general.name} does not list backend {backend!r} (it lists {', '.join(backends)})")
+            raise BuildError(
+                f"{config.general.name} does not list backend {backend!r} (it lists {', '.join(backends)})"
+            )
         return backend
     if system.backend in backends:
         return system.backend
@@ -34,8 +36,10 @@ def choose_backend(config: BuildConfig, system: System, backend: str | None) -> 
         return "cpu"
     if config.is_noarch(backends[0]):
         return backends[0]
-    raise BuildError(f"{config.general.name} supports {', '.join(backends)}, but this machine has {system.backend} "
-                     "(and the kernel has no cpu backend).")
+    raise BuildError(
+        f"{config.general.name} supports {', '.join(backends)}, but this machine has {system.backend} "
+        "(and the kernel has no cpu backend)."
+    )
 
 
 def _minor(version: str) -> tuple[int, int]:
@@ -50,8 +54,10 @@ def check_torch_bounds(config: BuildConfig, system: System) -> None:
         return
     here = system.torch_version
     if (t.minver and here < _minor(t.minver)) or (t.maxver and here > _minor(t.maxver)):
-        raise BuildError(f"{config.general.name} supports torch {t.minver or 'any'}..{t.maxver or 'any'}; "
-                         f"installed torch is {here[0]}.{here[1]}: install a torch in that range")
+        raise BuildError(
+            f"{config.general.name} supports torch {t.minver or 'any'}..{t.maxver or 'any'}; "
+            f"installed torch is {here[0]}.{here[1]}: install a torch in that range"
+        )
 
 
 def stable_abi(config: BuildConfig, backend: str, system: System) -> tuple[int, int] | None:
@@ -61,9 +67,11 @@ def stable_abi(config: BuildConfig, backend: str, system: System) -> tuple[int, 
         return None
     target = _minor(version)
     if system.torch_version < target:
-        raise BuildError(f"{config.general.name} targets the torch {version} stable ABI for {backend}, but the "
-                         f"installed torch is {system.torch_version[0]}.{system.torch_version[1]}: "
-                         f"install torch >= {version} to build it")
+        raise BuildError(
+            f"{config.general.name} targets the torch {version} stable ABI for {backend}, but the "
+            f"installed torch is {system.torch_version[0]}.{system.torch_version[1]}: "
+            f"install torch >= {version} to build it"
+        )
     return target
 
 
@@ -74,8 +82,10 @@ def variant_for(system: System, backend: str, target: tuple[int, int] | None) ->
         # it links the toolkit's CUDA runtime, so its CUDA version is the toolkit's, not the building torch's
         home = cuda_home()
         if home is None:
-            raise BuildError("no CUDA toolkit found for the stable-ABI CUDA build (nvcc is not on PATH and CUDA_HOME "
-                             "is unset): install one (or the nvidia-cuda-nvcc wheel) and set CUDA_HOME")
+            raise BuildError(
+                "no CUDA toolkit found for the stable-ABI CUDA build (nvcc is not on PATH and CUDA_HOME "
+                "is unset): install one (or the nvidia-cuda-nvcc wheel) and set CUDA_HOME"
+            )
         cpu = system.build_variant("cpu")
         return Variant("stable-abi", backend, target, None, nvcc_version(home), cpu.cpu, cpu.os)
     check_backend_toolkit(system, backend)
@@ -88,8 +98,9 @@ def variant_for(system: System, backend: str, target: tuple[int, int] | None) ->
 def nvcc_version(home: Path) -> tuple[int, int]:
     """The (major, minor) release of the nvcc in `home`."""
     try:
-        out = subprocess.run([str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True,
-                             timeout=120).stdout
+        out = subprocess.run(
+            [str(home / "bin" / "nvcc"), "--version"], capture_output=True, text=True, timeout=120
+        ).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
         raise BuildError(f"{home}/bin/nvcc does not run ({e}): check the CUDA toolkit") from None
     found = re.search(r"release (\d+)\.(\d+)", out)
@@ -101,21 +112,27 @@ def nvcc_version(home: Path) -> tuple[int, int]:
 def check_backend_toolkit(system: System, backend: str) -> None:
     """Fail unless the installed torch is built for `backend` and its compiler toolkit is present."""
     if backend not in COMPILED_BACKENDS:
-        raise BuildError(f"hubkernels build compiles {' and '.join(COMPILED_BACKENDS)} kernels; it cannot compile "
-                         f"{backend} sources yet (build another backend with --backend "
-                         f"{' or --backend '.join(COMPILED_BACKENDS)})")
+        raise BuildError(
+            f"hubkernels build compiles {' and '.join(COMPILED_BACKENDS)} kernels; it cannot compile "
+            f"{backend} sources yet (build another backend with --backend "
+            f"{' or --backend '.join(COMPILED_BACKENDS)})"
+        )
     if backend == "cpu":
         return
     if system.backend != backend:
         major, minor = system.torch_version
-        raise BuildError(f"the installed torch {major}.{minor} is a {system.backend}-only build, so it has no "
-                         f"{_TORCH_BUILT_FOR[backend]} headers: install a {_TORCH_BUILT_FOR[backend]} build of torch "
-                         f"(pip install torch=={major}.{minor}.* from a {backend} wheel index; no GPU needed to "
-                         "compile) and build again")
+        raise BuildError(
+            f"the installed torch {major}.{minor} is a {system.backend}-only build, so it has no "
+            f"{_TORCH_BUILT_FOR[backend]} headers: install a {_TORCH_BUILT_FOR[backend]} build of torch "
+            f"(pip install torch=={major}.{minor}.* from a {backend} wheel index; no GPU needed to "
+            "compile) and build again"
+        )
     if backend == "cuda" and cuda_home() is None:
         cuda = ".".join(str(p) for p in system.backend_version or ())
-        raise BuildError(f"no CUDA toolkit found (nvcc is not on PATH and CUDA_HOME is unset): install CUDA {cuda} "
-                         "(the toolkit, or the nvidia-cuda-nvcc wheel) and put its bin/ on PATH or set CUDA_HOME")
+        raise BuildError(
+            f"no CUDA toolkit found (nvcc is not on PATH and CUDA_HOME is unset): install CUDA {cuda} "
+            "(the toolkit, or the nvidia-cuda-nvcc wheel) and put its bin/ on PATH or set CUDA_HOME"
+        )
 
 
 def cuda_home() -> Path | None:
@@ -135,8 +152,9 @@ def cuda_home() -> Path | None:
 def _nvcc_top(nvcc: str) -> Path | None:
     """The toolkit root nvcc itself reports (`TOP=` of a dry run), which sees through wrapper scripts."""
     try:
-        out = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-E", os.devnull], capture_output=True, text=True, timeout=60,
-                             check=False)
+        out = subprocess.run(
+            [nvcc, "--dryrun", "-x", "cu", "-E", os.devnull], capture_output=True, text=True, timeout=60, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"^#\$ TOP=(.+)$", out.stdout + out.stderr, re.MULTILINE)

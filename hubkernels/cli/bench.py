@@ -17,7 +17,8 @@ def run(args: argparse.Namespace) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    from ..bench import discover, format_report, parse_size, run as run_benchmarks
+    from ..bench import discover, format_report, parse_size
+    from ..bench import run as run_benchmarks
 
     benchmarks = discover(args.path)
     if args.repo_id:
@@ -29,10 +30,24 @@ def run(args: argparse.Namespace) -> int:
 
         kernel = get_local_kernel(args.kernel or args.path)
     shape = dict(parse_size(s) for s in args.shape or [])
-    shape.update({k: v for k, v in (("batch", args.batch), ("tokens", args.tokens), ("hidden", args.hidden),
-                                    ("ff", args.ff)) if v is not None})
-    report = run_benchmarks(kernel, benchmarks, device=device, dtype=dtype, shape=shape, warmup=args.warmup,
-                 iters=args.iters, compile_peers=not args.no_compile, ops=args.ops)
+    shape.update(
+        {
+            k: v
+            for k, v in (("batch", args.batch), ("tokens", args.tokens), ("hidden", args.hidden), ("ff", args.ff))
+            if v is not None
+        }
+    )
+    report = run_benchmarks(
+        kernel,
+        benchmarks,
+        device=device,
+        dtype=dtype,
+        shape=shape,
+        warmup=args.warmup,
+        iters=args.iters,
+        compile_peers=not args.no_compile,
+        ops=args.ops,
+    )
     print(format_report(report))
     if args.output:
         Path(args.output).write_text(json.dumps({**asdict(report), "argv": sys.argv}, indent=2))

@@ -15,13 +15,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--backend", help="build this backend instead of the machine's (e.g. cpu)")
     p.add_argument("-j", "--jobs", type=int, help="parallel compile jobs")
     p.add_argument("-v", "--verbose", action="store_true", help="show every compiler command")
-    p.add_argument("--wheel", action="store_true",
-                   help="also pack each built variant as a variant wheel (PEP 825; one version, the variant in the "
-                        "label)")
+    p.add_argument(
+        "--wheel",
+        action="store_true",
+        help="also pack each built variant as a variant wheel (PEP 825; one version, the variant in the label)",
+    )
     p.add_argument("--wheel-dir", default="dist", help="where wheels go (default: dist/)")
-    p.add_argument("--matrix", action="store_true",
-                   help="build every variant build.toml allows for the default torch and CUDA versions, each in an "
-                        "isolated, cached toolchain from the package index")
+    p.add_argument(
+        "--matrix",
+        action="store_true",
+        help="build every variant build.toml allows for the default torch and CUDA versions, each in an "
+        "isolated, cached toolchain from the package index",
+    )
     p.add_argument("--torch", nargs="+", metavar="M.m", help="build for these torch versions (isolated toolchains)")
     p.add_argument("--cuda", nargs="+", metavar="M.m", help="build for these CUDA versions (isolated toolchains)")
     p.set_defaults(func=run)
@@ -62,14 +67,18 @@ def run_matrix(args: argparse.Namespace) -> int:
     from ..matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan
     from ..matrix import run_matrix as run_jobs
 
-    jobs = plan(load_config(args.path), args.torch or DEFAULT_TORCH, args.cuda or DEFAULT_CUDA,
-                [args.backend] if args.backend else None)
-    outcomes = run_jobs(args.path, jobs, say=lambda line: print(line, file=sys.stderr, flush=True),
-                        jobs_per_build=args.jobs)
+    jobs = plan(
+        load_config(args.path),
+        args.torch or DEFAULT_TORCH,
+        args.cuda or DEFAULT_CUDA,
+        [args.backend] if args.backend else None,
+    )
+    outcomes = run_jobs(
+        args.path, jobs, say=lambda line: print(line, file=sys.stderr, flush=True), jobs_per_build=args.jobs
+    )
     print(format_table(outcomes))
     if args.wheel:
         for o in outcomes:
             if o.status in ("built", "up to date"):
                 print(_pack(variant_dir(args.path, o.job.variant), args.wheel_dir))
     return 1 if any(o.status == "failed" for o in outcomes) else 0
-

@@ -33,11 +33,22 @@ def run(args: argparse.Namespace) -> int:
     acceptable = [str(v) for v in system_variants(system, args.backend)]
     resolution = resolve(found, system, args.backend)
     if args.json:
-        print(json.dumps({"system": acceptable, "chosen": str(resolution.chosen) if resolution.chosen else None,
-                          "trace": [{"variant": str(e.variant), "accepted": True} if hasattr(e, "variant")
-                                    else {"variant": e.name, "accepted": False, "reason": e.reason}
-                                    for e in resolution.trace],
-                          "differences_from_kernels": list(DIFFERENCES)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "system": acceptable,
+                    "chosen": str(resolution.chosen) if resolution.chosen else None,
+                    "trace": [
+                        {"variant": str(e.variant), "accepted": True}
+                        if hasattr(e, "variant")
+                        else {"variant": e.name, "accepted": False, "reason": e.reason}
+                        for e in resolution.trace
+                    ],
+                    "differences_from_kernels": list(DIFFERENCES),
+                },
+                indent=2,
+            )
+        )
         return 0
     print("This system accepts, best first:")
     for name in acceptable:

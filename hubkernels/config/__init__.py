@@ -17,9 +17,25 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-from .model import (BACKENDS, DEPENDENCIES, EDITION, KERNEL_BACKENDS, LEGACY_EDITION, PYTHON_DEPENDS, BuildConfig,
-                    ConfigError, General, GeneralBackend, GeneralCuda, HubConfig, KernelConfig, KernelDependency,
-                    TorchConfig, TorchNoarch, TvmFfi)
+from .model import (
+    BACKENDS,
+    DEPENDENCIES,
+    EDITION,
+    KERNEL_BACKENDS,
+    LEGACY_EDITION,
+    PYTHON_DEPENDS,
+    BuildConfig,
+    ConfigError,
+    General,
+    GeneralBackend,
+    GeneralCuda,
+    HubConfig,
+    KernelConfig,
+    KernelDependency,
+    TorchConfig,
+    TorchNoarch,
+    TvmFfi,
+)
 from .schema import _Reader
 from .tables import _syntax_error
 
@@ -44,6 +60,7 @@ __all__ = [
     "load_config",
 ]
 
+
 def load_config(path: str | Path, *, validate_files: bool = True) -> BuildConfig:
     """Read and validate `build.toml` from a kernel root directory (or the build.toml file itself).
 
@@ -58,9 +75,7 @@ def load_config(path: str | Path, *, validate_files: bool = True) -> BuildConfig
     else:
         raise ConfigError(given, "", None, "does not exist; pass a kernel root directory or its build.toml")
     if not file.is_file():
-        raise ConfigError(
-            file, "", None, "not found; pass the kernel root (the directory that holds build.toml)"
-        )
+        raise ConfigError(file, "", None, "not found; pass the kernel root (the directory that holds build.toml)")
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -77,7 +92,11 @@ def load_config(path: str | Path, *, validate_files: bool = True) -> BuildConfig
     if config.general.edition == LEGACY_EDITION:
         logging.getLogger("hubkernels.config").warning(
             "%s uses the legacy edition 4 (no edition key); read as edition %d. Add edition = %d to "
-            "[general] to say so.", file, EDITION, EDITION)
+            "[general] to say so.",
+            file,
+            EDITION,
+            EDITION,
+        )
     if validate_files:
         _check_files(file, config)
     return config
@@ -100,6 +119,5 @@ def _check_files(file: Path, config: BuildConfig) -> None:
                     file,
                     table,
                     "src",
-                    f"lists {source!r}, which {what} (looked for {path}); "
-                    "fix the path, relative to the kernel root",
+                    f"lists {source!r}, which {what} (looked for {path}); fix the path, relative to the kernel root",
                 )

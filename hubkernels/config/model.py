@@ -94,9 +94,7 @@ class ConfigError(HubkernelsError, ValueError):
     whole table is at fault, and `line` the 1-based line of a TOML syntax error.
     """
 
-    def __init__(
-        self, file: str | Path, table: str, key: str | None, message: str, *, line: int | None = None
-    ) -> None:
+    def __init__(self, file: str | Path, table: str, key: str | None, message: str, *, line: int | None = None) -> None:
         self.file = Path(file)
         self.table = table
         self.key = key
@@ -118,9 +116,7 @@ class ConfigError(HubkernelsError, ValueError):
         return (_rebuild_config_error, (self.file, self.table, self.key, self.message, self.line))
 
 
-def _rebuild_config_error(
-    file: Path, table: str, key: str | None, message: str, line: int | None
-) -> ConfigError:
+def _rebuild_config_error(file: Path, table: str, key: str | None, message: str, line: int | None) -> ConfigError:
     return ConfigError(file, table, key, message, line=line)
 
 

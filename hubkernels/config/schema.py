@@ -7,16 +7,39 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .model import (_FRAMEWORKS, _GENERAL_KEYS, _GIT_SCHEMES, _KERNEL_BACKEND_KEYS,
-                    _KERNEL_COMMON_KEYS, _NAME_RE, _REPO_ID_RE, _TOP_KEYS, BACKENDS, EDITION, KERNEL_BACKENDS,
-                    LEGACY_EDITION, PYTHON_DEPENDS, BuildConfig, ConfigError, General, GeneralBackend, GeneralCuda,
-                    HubConfig, KernelConfig, KernelDependency, StableAbi, TorchConfig, TorchNoarch,
-                    TvmFfi, DEPENDENCIES)
-from .tables import (_cuda_capabilities, _did_you_mean, _kernel_dependency, _rocm_archs, _Table, _toml_type,
-                     _toml_value)
+from .model import (
+    _FRAMEWORKS,
+    _GENERAL_KEYS,
+    _GIT_SCHEMES,
+    _KERNEL_BACKEND_KEYS,
+    _KERNEL_COMMON_KEYS,
+    _NAME_RE,
+    _REPO_ID_RE,
+    _TOP_KEYS,
+    BACKENDS,
+    DEPENDENCIES,
+    EDITION,
+    KERNEL_BACKENDS,
+    LEGACY_EDITION,
+    PYTHON_DEPENDS,
+    BuildConfig,
+    ConfigError,
+    General,
+    GeneralBackend,
+    GeneralCuda,
+    HubConfig,
+    KernelConfig,
+    KernelDependency,
+    StableAbi,
+    TorchConfig,
+    TorchNoarch,
+    TvmFfi,
+)
+from .tables import _cuda_capabilities, _did_you_mean, _kernel_dependency, _rocm_archs, _Table, _toml_type, _toml_value
 
 _NEEDS_V5 = f" It needs edition {EDITION}: add edition = {EDITION} to [general]."
 _GENERAL_KEYS_V4 = tuple(k for k in _GENERAL_KEYS if k not in ("edition", "kernel-depends", "tpu"))
+
 
 class _Reader:
     """Turns the parsed TOML document into a BuildConfig, failing on the first schema violation."""
@@ -97,8 +120,11 @@ class _Reader:
         if "edition" in t.data:
             edition = t.typed("edition", int, "an integer", f"edition = {EDITION}")
             if edition != EDITION:
-                t.fail("edition", f"is {edition}: unsupported build edition {edition}; hubkernels reads edition "
-                                  f"{EDITION} and edition 4 (no edition key): set edition = {EDITION}")
+                t.fail(
+                    "edition",
+                    f"is {edition}: unsupported build edition {edition}; hubkernels reads edition "
+                    f"{EDITION} and edition 4 (no edition key): set edition = {EDITION}",
+                )
             t.check_keys(_GENERAL_KEYS)
         else:
             edition = LEGACY_EDITION
@@ -221,7 +247,7 @@ class _Reader:
         host, colon, path = value.partition(":")  # scp-like: git@github.com:org/repo.git
         if colon and host and path and not path.startswith("/") and " " not in value:
             return value
-        t.fail(key, f"has {value!r}, which is not a git URL (e.g. \"https://github.com/org/repo.git\")")
+        t.fail(key, f'has {value!r}, which is not a git URL (e.g. "https://github.com/org/repo.git")')
 
     @staticmethod
     def kernel_depends(t: _Table) -> tuple[KernelDependency, ...]:

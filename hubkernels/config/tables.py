@@ -8,11 +8,25 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .model import (_CUDA_CAP_RE, _DEFAULT_PYEXT, _EXT_RE, _REPO_ID_RE, _ROCM_ARCH_RE, _VERSION_RE, ConfigError,
-                    KernelDependency)
+from .model import (
+    _CUDA_CAP_RE,
+    _DEFAULT_PYEXT,
+    _EXT_RE,
+    _REPO_ID_RE,
+    _ROCM_ARCH_RE,
+    _VERSION_RE,
+    ConfigError,
+    KernelDependency,
+)
 
-_TOML_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
-                    (list, "an array"), (dict, "a table"))
+_TOML_TYPE_NAMES = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
 
 
 def _toml_type(value: Any) -> str:
@@ -152,7 +166,7 @@ class _Table:
         for value in values:
             if not _EXT_RE.match(value):
                 fix = f" (write {value.lstrip('.')!r})" if value.startswith(".") else ""
-                self.fail("pyext", f"has {value!r}, which is not a file extension{fix}; e.g. [\"py\", \"json\"]")
+                self.fail("pyext", f'has {value!r}, which is not a file extension{fix}; e.g. ["py", "json"]')
         return values
 
 
@@ -196,7 +210,7 @@ def _rocm_archs(t: _Table, key: str) -> tuple[str, ...]:
     values = t.strings(key, f'{key} = ["gfx90a", "gfx942"]')
     for value in values:
         if not _ROCM_ARCH_RE.match(value):
-            t.fail(key, f"has {value!r}, which is not a ROCm architecture (e.g. \"gfx90a\", \"gfx942\")")
+            t.fail(key, f'has {value!r}, which is not a ROCm architecture (e.g. "gfx90a", "gfx942")')
     return values
 
 
@@ -221,7 +235,7 @@ def _syntax_error(file: Path, text: str, exc: Exception) -> ConfigError:
     message = message.rstrip(". ")
     table = ""
     if line is not None:
-        for candidate in lines[: line][::-1]:
+        for candidate in lines[:line][::-1]:
             header = _HEADER_RE.match(candidate)
             if header:
                 table = header.group(1).replace('"', "").replace(" ", "")
@@ -229,6 +243,4 @@ def _syntax_error(file: Path, text: str, exc: Exception) -> ConfigError:
     where = f"line {line}, column {column}" if column is not None else f"line {line}"
     source = lines[line - 1].strip() if line is not None and 0 < line <= len(lines) else ""
     shown = f" ({source!r})" if source else ""
-    return ConfigError(
-        file, table, None, f"invalid TOML at {where}{shown}: {message}; fix the syntax there", line=line
-    )
+    return ConfigError(file, table, None, f"invalid TOML at {where}{shown}: {message}; fix the syntax there", line=line)

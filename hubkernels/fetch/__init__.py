@@ -11,7 +11,8 @@ A warm load of a `version` asks the Hub one thing, the branch's current commit (
 re-uploaded `v1` is seen at once); everything else, a cached listing and a receipt, is answered from
 `<cache>/kernels--org--name/hubkernels/` (see `_local`). A 40-hex `revision` or a lockfile makes no request at
 all, and so does a `version` resolved within HUBKERNELS_VERSION_TTL seconds when the user sets one (offline, the
-index answers whatever its age): then other ranks and later jobs sharing a node's cache ask the Hub nothing. A receipt holds while every file keeps the content it
+index answers whatever its age): then other ranks and later jobs sharing a node's cache ask the Hub nothing.
+A receipt holds while every file keeps the content it
 recorded; the Python code runs from sources checked as they are read (or code compiled from them at verification),
 never from `__pycache__`. `force_download=True` re-downloads and re-verifies everything.
 """
@@ -34,16 +35,24 @@ from ..layout import check_repo_id, ships
 from ..load import Verified
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
-from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
-from ._verify import _download_and_verify, _shipped  # noqa: F401  (the tests reach them here)
 from ._artifact import listing
-from ._local import RepoState, Refs, TreeEntry, compile_sources, is_commit, version_of
+from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
+from ._local import Refs, RepoState, TreeEntry, compile_sources, is_commit, version_of
 from ._trust import TrustRemoteCode
 from ._trust import check_trust as _check_trust
+from ._verify import _download_and_verify, _shipped  # noqa: F401  (the tests reach them here)
 
 __all__ = [
-    "get_kernel", "install_kernel", "has_kernel", "get_kernel_variants", "kernel_versions", "Installed",
-    "KernelNotFoundError", "UntrustedKernelError", "DownloadError", "register_cli",
+    "get_kernel",
+    "install_kernel",
+    "has_kernel",
+    "get_kernel_variants",
+    "kernel_versions",
+    "Installed",
+    "KernelNotFoundError",
+    "UntrustedKernelError",
+    "DownloadError",
+    "register_cli",
 ]
 
 logger = logging.getLogger("hubkernels.fetch")
@@ -79,10 +88,18 @@ class Installed:
 # -- public API ----------------------------------------------------------------------------------------------
 
 
-def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
-               trust_remote_code: TrustRemoteCode = False, lockfile: str | Path | None = None,
-               force_download: bool = False, cache_dir: str | Path | None = None,
-               build: bool | None = None) -> ModuleType:
+def get_kernel(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    backend: str | None = None,
+    trust_remote_code: TrustRemoteCode = False,
+    lockfile: str | Path | None = None,
+    force_download: bool = False,
+    cache_dir: str | Path | None = None,
+    build: bool | None = None,
+) -> ModuleType:
     """Download (if needed), verify and import the best variant of a Hub kernel for this machine.
 
     `version=N` takes branch `v<N>`; `revision=` a branch, tag or commit; neither takes the newest version (and logs
@@ -99,8 +116,14 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
             raise UsageError("pass lockfile= or version=/revision=, not both: the lock file pins the revision")
         from .locked import load_locked
 
-        return load_locked(repo_id, lockfile=lockfile, backend=backend, trust_remote_code=trust_remote_code,
-                           force_download=force_download, cache_dir=cache_dir)
+        return load_locked(
+            repo_id,
+            lockfile=lockfile,
+            backend=backend,
+            trust_remote_code=trust_remote_code,
+            force_download=force_download,
+            cache_dir=cache_dir,
+        )
     local = settings.local_kernels().get(repo_id)
     if local is not None:
         from ..load import get_local_kernel
@@ -110,9 +133,17 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
     failed: dict[str, str] = {}  # variant -> why it does not load here
     while True:
         try:
-            installed = install(repo_id, version=version, revision=revision, backend=backend,
-                                trust_remote_code=trust_remote_code, force_download=force_download,
-                                cache_dir=cache_dir, build=build, exclude=frozenset(failed))
+            installed = install(
+                repo_id,
+                version=version,
+                revision=revision,
+                backend=backend,
+                trust_remote_code=trust_remote_code,
+                force_download=force_download,
+                cache_dir=cache_dir,
+                build=build,
+                exclude=frozenset(failed),
+            )
         except VariantNotFoundError as e:
             if not failed:
                 raise
@@ -121,7 +152,9 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
                 + "; ".join(f"{v}: {why}" for v, why in failed.items())
                 + "). Build it here from its published source with build=True (or HUBKERNELS_BUILD=auto), or ask "
                 "the publisher to rebuild: `hubkernels build` checks every symbol against each torch it admits.",
-                variant=next(iter(failed)), reason=next(iter(failed.values()))) from e
+                variant=next(iter(failed)),
+                reason=next(iter(failed.values())),
+            ) from e
         try:
             return import_installed(installed)
         except VariantImportError as e:
@@ -131,26 +164,53 @@ def get_kernel(repo_id: str, *, version: int | None = None, revision: str | None
             logger.warning("%s: %s; trying the next variant that fits this machine", repo_id, e)
 
 
-def install_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None,
-                   backend: str | None = None, trust_remote_code: TrustRemoteCode = False,
-                   force_download: bool = False, cache_dir: str | Path | None = None,
-                   build: bool | None = None) -> Path:
+def install_kernel(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    backend: str | None = None,
+    trust_remote_code: TrustRemoteCode = False,
+    force_download: bool = False,
+    cache_dir: str | Path | None = None,
+    build: bool | None = None,
+) -> Path:
     """Download and verify this machine's variant without importing it; returns its directory in the cache.
 
     The same trust rules as `get_kernel` apply, since the directory holds code meant to be imported.
     """
-    return install(repo_id, version=version, revision=revision, backend=backend, trust_remote_code=trust_remote_code,
-                   force_download=force_download, cache_dir=cache_dir, build=build).path
+    return install(
+        repo_id,
+        version=version,
+        revision=revision,
+        backend=backend,
+        trust_remote_code=trust_remote_code,
+        force_download=force_download,
+        cache_dir=cache_dir,
+        build=build,
+    ).path
 
 
-def has_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
-               cache_dir: str | Path | None = None) -> bool:
+def has_kernel(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    backend: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> bool:
     """Does the repo have a variant that loads on this machine? (Unknown repos and versions raise.)"""
     return _resolution(repo_id, version, revision, backend, cache_dir)[1].chosen is not None
 
 
-def get_kernel_variants(repo_id: str, *, version: int | None = None, revision: str | None = None,
-                        backend: str | None = None, cache_dir: str | Path | None = None) -> list[Accepted | Rejected]:
+def get_kernel_variants(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    backend: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> list[Accepted | Rejected]:
     """Every variant of the repo with the verdict for this machine: accepted ones best first, then each rejection."""
     return list(_resolution(repo_id, version, revision, backend, cache_dir)[1].trace)
 
@@ -164,11 +224,22 @@ def kernel_versions(repo_id: str, *, cache_dir: str | Path | None = None) -> dic
 # -- the pipeline ----------------------------------------------------------------------------------------------
 
 
-def install(repo_id: str, *, version: int | None = None, revision: str | None = None, backend: str | None = None,
-            trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
-            cache_dir: str | Path | None = None, locked: Mapping[str, str] | None = None,
-            max_age: float | None = None, pins: Mapping[str, str] | None = None, dependencies: bool = True,
-            build: bool | None = None, exclude: frozenset[str] = frozenset()) -> Installed:
+def install(
+    repo_id: str,
+    *,
+    version: int | None = None,
+    revision: str | None = None,
+    backend: str | None = None,
+    trust_remote_code: TrustRemoteCode = False,
+    force_download: bool = False,
+    cache_dir: str | Path | None = None,
+    locked: Mapping[str, str] | None = None,
+    max_age: float | None = None,
+    pins: Mapping[str, str] | None = None,
+    dependencies: bool = True,
+    build: bool | None = None,
+    exclude: frozenset[str] = frozenset(),
+) -> Installed:
     """Resolve, trust-check, choose, download and verify one variant, then its kernel dependencies.
 
     `locked`: {variant: metadata sha256}; `pins`: {repo_id: commit} for dependencies (both from a lock file);
@@ -191,8 +262,9 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         fresh = resolve_ref(state, remote, version, revision, max_age=0.0)
         if fresh.commit == ref.commit:
             break
-        logger.info("%s: %s moved from %s to %s since it was last listed", repo_id, ref.label, ref.commit[:7],
-                    fresh.commit[:7])
+        logger.info(
+            "%s: %s moved from %s to %s since it was last listed", repo_id, ref.label, ref.commit[:7], fresh.commit[:7]
+        )
         ref = fresh
     where = f"{repo_id}@{ref.label}" + ("" if ref.label == ref.commit else f" (commit {ref.commit[:7]})")
     built = None
@@ -200,8 +272,16 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         if resolution.chosen is None and locked is None:  # nothing published fits: build the source, if asked to
             from .source import install_from_source
 
-            built = install_from_source(state, remote, ref.commit, resolution, backend=backend, build=build,
-                                        force=force_download, asked=(ref.version, ref.label))
+            built = install_from_source(
+                state,
+                remote,
+                ref.commit,
+                resolution,
+                backend=backend,
+                build=build,
+                force=force_download,
+                asked=(ref.version, ref.label),
+            )
         variant = built.variant if built else str(require(resolution, where))
     except VariantNotFoundError:
         if ref.label != ref.commit:
@@ -213,8 +293,9 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
     else:
         held = None if force_download else state.receipt_holds(ref.commit, variant)
         warm = held is not None
-        meta_sha, verified = held if held is not None else \
-            _download_and_verify(state, remote, ref, variant, tree, force_download)
+        meta_sha, verified = (
+            held if held is not None else _download_and_verify(state, remote, ref, variant, tree, force_download)
+        )
     if locked is not None and locked.get(variant) != meta_sha:
         raise DigestError(
             f"{repo_id}@{ref.commit[:7]} variant {variant}: metadata.json (sha256 {meta_sha}) is not the one the "
@@ -225,15 +306,30 @@ def install(repo_id: str, *, version: int | None = None, revision: str | None = 
         state.save_trust(approve=ref.commit)
     if ref.version is not None:
         state.write_hf_ref(f"v{ref.version}", ref.commit)
-    installed = Installed(repo_id, ref.commit, ref.version, variant,
-                          built.path if built else state.variant_dir(ref.commit, variant), meta_sha, resolution, warm,
-                          verified)
+    installed = Installed(
+        repo_id,
+        ref.commit,
+        ref.version,
+        variant,
+        built.path if built else state.variant_dir(ref.commit, variant),
+        meta_sha,
+        resolution,
+        warm,
+        verified,
+    )
     if not dependencies:
         return installed
     from .deps import install_dependencies
 
-    return install_dependencies(installed, backend=backend, trust_remote_code=trust_remote_code,
-                                force_download=force_download, cache_dir=cache_dir, pins=pins, build=build)
+    return install_dependencies(
+        installed,
+        backend=backend,
+        trust_remote_code=trust_remote_code,
+        force_download=force_download,
+        cache_dir=cache_dir,
+        pins=pins,
+        build=build,
+    )
 
 
 def import_installed(installed: Installed) -> ModuleType:
@@ -242,9 +338,14 @@ def import_installed(installed: Installed) -> ModuleType:
     from .deps import import_with_dependencies
 
     module = import_with_dependencies(installed)
-    logger.info("%s: loaded %s (%s, commit %s) from %s", installed.repo_id, installed.variant,
-                f"v{installed.version}" if installed.version is not None else "pinned revision",
-                installed.commit[:7], installed.path)
+    logger.info(
+        "%s: loaded %s (%s, commit %s) from %s",
+        installed.repo_id,
+        installed.variant,
+        f"v{installed.version}" if installed.version is not None else "pinned revision",
+        installed.commit[:7],
+        installed.path,
+    )
     return module
 
 
@@ -271,8 +372,9 @@ def _refs(state: RepoState, remote: Remote, max_age: float) -> tuple[Refs, bool]
     return state.save_refs(*remote.refs()), True
 
 
-def resolve_ref(state: RepoState, remote: Remote, version: int | None, revision: str | None, *,
-                max_age: float | None = None) -> Ref:
+def resolve_ref(
+    state: RepoState, remote: Remote, version: int | None, revision: str | None, *, max_age: float | None = None
+) -> Ref:
     """Pin the request to a commit. A 40-hex revision costs nothing; names use the index while it is fresh."""
     if version is not None and revision is not None:
         raise UsageError("pass version= or revision=, not both")
@@ -295,9 +397,16 @@ def resolve_ref(state: RepoState, remote: Remote, version: int | None, revision:
     if ref is None:
         raise KernelNotFoundError(_missing(state.repo_id, refs, version, revision))
     if ref.latest:
-        logger.info("%s: no version given, using the newest, v%d (commit %s). Pin it with get_kernel(%r, version=%d) "
-                    "or revision=%r.", state.repo_id, ref.version, ref.commit[:7], state.repo_id, ref.version,
-                    ref.commit)
+        logger.info(
+            "%s: no version given, using the newest, v%d (commit %s). Pin it with get_kernel(%r, version=%d) "
+            "or revision=%r.",
+            state.repo_id,
+            ref.version,
+            ref.commit[:7],
+            state.repo_id,
+            ref.version,
+            ref.commit,
+        )
     elif version is not None and refs.versions and max(refs.versions) > version:
         logger.info("%s: using v%d; a newer version, v%d, exists.", state.repo_id, version, max(refs.versions))
     return ref
@@ -325,11 +434,15 @@ def _missing(repo_id: str, refs: Refs, version: int | None, revision: str | None
     if revision is not None:
         branches = ", ".join(sorted(refs.branches)) or "none"
         tags = ", ".join(sorted(refs.tags)) or "none"
-        return (f"{repo_id} has no revision {revision!r}{offline}. Versions: {versions}; branches: {branches}; "
-                f"tags: {tags}.")
+        return (
+            f"{repo_id} has no revision {revision!r}{offline}. Versions: {versions}; branches: {branches}; "
+            f"tags: {tags}."
+        )
     branches = ", ".join(sorted(refs.branches)) or "none"
-    return (f"{repo_id} has no v<N> version branches{offline} (branches: {branches}). Publish with "
-            "`hubkernels upload`, or pass revision= to load another branch.")
+    return (
+        f"{repo_id} has no v<N> version branches{offline} (branches: {branches}). Publish with "
+        "`hubkernels upload`, or pass revision= to load another branch."
+    )
 
 
 def _tree(state: RepoState, remote: Remote, commit: str) -> dict[str, TreeEntry] | None:
@@ -355,8 +468,9 @@ def _variant_names(state: RepoState, commit: str, tree: dict[str, TreeEntry] | N
     return names
 
 
-def _resolution(repo_id: str, version: int | None, revision: str | None, backend: str | None,
-                cache_dir: str | Path | None) -> tuple[Ref, Resolution]:
+def _resolution(
+    repo_id: str, version: int | None, revision: str | None, backend: str | None, cache_dir: str | Path | None
+) -> tuple[Ref, Resolution]:
     state, remote = RepoState(_check_repo_id(repo_id), cache_dir), Remote(repo_id)
     ref = resolve_ref(state, remote, version, revision)
     return ref, resolve(_variant_names(state, ref.commit, _tree(state, remote, ref.commit)), None, backend)

@@ -75,8 +75,15 @@ def _list_wheels(remote: Remote, commit: str) -> dict[str, dict] | None:
     files = remote.list_files(commit, WHEELS_DIR, "the variant artifacts")
     if files is None:
         return None
-    return {e.path: {"size": e.size, "blob_id": e.blob_id, **({"lfs_sha256": e.lfs.sha256} if e.lfs else {}),
-                     **({"xet_hash": e.xet_hash} if getattr(e, "xet_hash", None) else {})} for e in files}
+    return {
+        e.path: {
+            "size": e.size,
+            "blob_id": e.blob_id,
+            **({"lfs_sha256": e.lfs.sha256} if e.lfs else {}),
+            **({"xet_hash": e.xet_hash} if getattr(e, "xet_hash", None) else {}),
+        }
+        for e in files
+    }
 
 
 def artifact_of(tree: dict[str, TreeEntry] | None, variant: str) -> str | None:
@@ -112,8 +119,9 @@ def seen_arch() -> str | None:
     return f"sm{sm_of(arch)}"
 
 
-def install_artifact(state: RepoState, remote: Remote, ref: Ref, variant: str, tree: dict[str, TreeEntry],
-                     force: bool) -> tuple[bool, dict[str, TreeEntry]]:
+def install_artifact(
+    state: RepoState, remote: Remote, ref: Ref, variant: str, tree: dict[str, TreeEntry], force: bool
+) -> tuple[bool, dict[str, TreeEntry]]:
     """Put `variant` in the cache from its artifact: (True, the listing entry of its metadata.json to verify it
     against). Without an artifact in `tree`: (False, the build/ listing to download it file by file from).
 
@@ -130,8 +138,10 @@ def install_artifact(state: RepoState, remote: Remote, ref: Ref, variant: str, t
         state.save_tree(ref.commit, build)
         return False, build
     entry = tree[path]
-    repair = (f"Repair it with get_kernel({state.repo_id!r}, revision={ref.commit!r}, force_download=True) "
-              f"(CLI: `hubkernels download {state.repo_id}@{ref.commit} --force`), or delete {state.repo_dir}.")
+    repair = (
+        f"Repair it with get_kernel({state.repo_id!r}, revision={ref.commit!r}, force_download=True) "
+        f"(CLI: `hubkernels download {state.repo_id}@{ref.commit} --force`), or delete {state.repo_dir}."
+    )
     work = state.root / "artifacts" / ref.commit
     local = work / path
     vdir = state.variant_dir(ref.commit, variant)
@@ -140,10 +150,13 @@ def install_artifact(state: RepoState, remote: Remote, ref: Ref, variant: str, t
         fresh = force or not _matches(local, entry)
         if fresh:
             _seed_tree_cache(state, work, ref.commit, path)
-            call(f"downloading {path} of {state.repo_id}@{ref.commit[:7]}",
-                 lambda: remote.api.hf_hub_download(state.repo_id, path, repo_type="kernel", revision=ref.commit,
-                                                    local_dir=work, force_download=force),
-                 retry_dropped=False)
+            call(
+                f"downloading {path} of {state.repo_id}@{ref.commit[:7]}",
+                lambda: remote.api.hf_hub_download(
+                    state.repo_id, path, repo_type="kernel", revision=ref.commit, local_dir=work, force_download=force
+                ),
+                retry_dropped=False,
+            )
             if not _matches(local, entry):
                 raise DigestError(f"{local} is not the artifact the Hub lists for {ref.commit[:7]}. {repair}")
         if fresh or not (vdir / "metadata.json").is_file():
@@ -171,9 +184,19 @@ def _seed_tree_cache(state: RepoState, work: Path, commit: str, path: str) -> No
     known = (_read_json(_wheels_path(state, commit)) or {}).get(path)
     if not isinstance(known, dict) or not known.get("xet_hash") or not known.get("lfs_sha256"):
         return
-    write_tree_cache(str(work / ".cache" / "huggingface"), commit, {path: TreeCacheEntry(
-        size=int(known["size"]), blob_id=str(known["blob_id"]), lfs_sha256=str(known["lfs_sha256"]),
-        lfs_size=int(known["size"]), xet_hash=str(known["xet_hash"]))})
+    write_tree_cache(
+        str(work / ".cache" / "huggingface"),
+        commit,
+        {
+            path: TreeCacheEntry(
+                size=int(known["size"]),
+                blob_id=str(known["blob_id"]),
+                lfs_sha256=str(known["lfs_sha256"]),
+                lfs_size=int(known["size"]),
+                xet_hash=str(known["xet_hash"]),
+            )
+        },
+    )
 
 
 def _matches(path: Path, entry: TreeEntry) -> bool:
@@ -201,7 +224,7 @@ def _unpack(wheel: Path, target: Path, repair: str) -> None:
             if not any(m.filename == package + "metadata.json" for m in members):
                 raise DigestError(f"{wheel} holds no {package}metadata.json: not a variant artifact. {repair}")
             for m in members:
-                rel = PurePosixPath(m.filename[len(package):])
+                rel = PurePosixPath(m.filename[len(package) :])
                 if rel.is_absolute() or ".." in rel.parts or not rel.parts:
                     raise DigestError(f"{wheel} names a path outside its package ({m.filename}). {repair}")
                 out = staging.joinpath(*rel.parts)

@@ -21,8 +21,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from ..hub import api, endpoint  # noqa: F401  (re-exported: the loader's client)
 from ..errors import HubkernelsError
+from ..hub import api, endpoint  # noqa: F401  (re-exported: the loader's client)
 from ._local import TreeEntry
 
 if TYPE_CHECKING:
@@ -62,8 +62,12 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 def is_transient(error: BaseException) -> bool:
     """Worth another try: a 5xx/429/408 answer, a dropped connection, or a download that came up short."""
-    from huggingface_hub.errors import (EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError,
-                                        RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     if isinstance(error, (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError)):
         return False
@@ -112,8 +116,9 @@ def call(what: str, fn: Callable[[], T], *, attempts: int = ATTEMPTS, retry_drop
 def _xet_failure(error: BaseException) -> bool:
     """hf_xet gave up on a transfer (it retries network faults itself; what is left is a broken answer)."""
     text = str(error)
-    return isinstance(error, RuntimeError) and any(s in text for s in ("CAS Client Error", "File reconstruction",
-                                                                        "Xet", "xet"))
+    return isinstance(error, RuntimeError) and any(
+        s in text for s in ("CAS Client Error", "File reconstruction", "Xet", "xet")
+    )
 
 
 def _one_line(error: BaseException) -> str:
@@ -141,7 +146,8 @@ def _etag_guard(response) -> None:  # type: ignore[no-untyped-def]
     if not _HASH.fullmatch(etag) or (want is not None and etag != want):
         raise DownloadError(
             f"{endpoint()} answered ETag {etag[:80]!r} for {path}, which is not the file's hash"
-            + (f" ({want}, from the listing)" if want else "") + "; refusing to download it (huggingface_hub would "
+            + (f" ({want}, from the listing)" if want else "")
+            + "; refusing to download it (huggingface_hub would "
             "use it as a file name and could write outside the cache). The server is broken or malicious: check "
             "HF_ENDPOINT."
         )
@@ -162,6 +168,7 @@ def install_etag_guard() -> None:
     with _guard_lock:
         factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
         if factory is not None and not getattr(factory, "hubkernels_guarded", False):
+
             def guarded():  # type: ignore[no-untyped-def]
                 return _guard_client(factory())
 
@@ -194,8 +201,10 @@ class Remote:
         from huggingface_hub.errors import RepositoryNotFoundError
 
         try:
-            refs = call(f"listing the versions of {self.repo_id}",
-                        lambda: self.api.list_repo_refs(self.repo_id, repo_type="kernel"))
+            refs = call(
+                f"listing the versions of {self.repo_id}",
+                lambda: self.api.list_repo_refs(self.repo_id, repo_type="kernel"),
+            )
         except RepositoryNotFoundError as e:
             raise self.not_found(e) from None
         return ({b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags})
@@ -205,8 +214,10 @@ class Remote:
         from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
         try:
-            info = call(f"resolving revision {revision!r} of {self.repo_id}",
-                        lambda: self.api.repo_info(self.repo_id, revision=revision, repo_type="kernel"))
+            info = call(
+                f"resolving revision {revision!r} of {self.repo_id}",
+                lambda: self.api.repo_info(self.repo_id, revision=revision, repo_type="kernel"),
+            )
         except RevisionNotFoundError:
             return None
         except RepositoryNotFoundError as e:
@@ -218,8 +229,9 @@ class Remote:
         from huggingface_hub.errors import HfHubHTTPError
 
         try:
-            overview = call(f"checking whether {org} is a trusted publisher",
-                            lambda: self.api.get_organization_overview(org))
+            overview = call(
+                f"checking whether {org} is a trusted publisher", lambda: self.api.get_organization_overview(org)
+            )
         except HfHubHTTPError as e:  # e.g. 404 for a user namespace: not an organization, so not trusted
             logger.info("could not read the organization overview of %s: %s", org, _one_line(e))
             return False
@@ -228,9 +240,15 @@ class Remote:
 
     def build_tree(self, commit: str) -> dict[str, TreeEntry]:
         """Every file under build/ at `commit`, with size and hashes: one request for all variants."""
-        return self.files_under(commit, "build", "the build variants", (
-            f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this the right "
-            "revision? Versions are the v<N> branches; `hubkernels upload` publishes there."))
+        return self.files_under(
+            commit,
+            "build",
+            "the build variants",
+            (
+                f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this the right "
+                "revision? Versions are the v<N> branches; `hubkernels upload` publishes there."
+            ),
+        )
 
     def files_under(self, commit: str, directory: str, what: str, missing: str) -> dict[str, TreeEntry]:
         """Every file under `directory` at `commit`, with size and hashes, in one listing; `missing` is the
@@ -247,8 +265,11 @@ class Remote:
         from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
         def listing() -> list:
-            return list(self.api.list_repo_tree(self.repo_id, path_in_repo=directory, recursive=True,
-                                                revision=commit, repo_type="kernel"))
+            return list(
+                self.api.list_repo_tree(
+                    self.repo_id, path_in_repo=directory, recursive=True, revision=commit, repo_type="kernel"
+                )
+            )
 
         try:
             entries = call(f"listing {what} of {self.repo_id}@{commit[:7]}", listing, attempts=1)
@@ -264,13 +285,23 @@ class Remote:
         files = [e for e in entries if isinstance(e, RepoFile)]
         for e in files:
             if not _HASH.fullmatch(str(e.blob_id)) or (e.lfs and not _HASH.fullmatch(str(e.lfs.sha256))):
-                raise DownloadError(f"{endpoint()} listed {e.path} of {self.repo_id}@{commit[:7]} with a malformed "
-                                    "hash; refusing to download from it. The server is broken or malicious: check "
-                                    "HF_ENDPOINT.")
+                raise DownloadError(
+                    f"{endpoint()} listed {e.path} of {self.repo_id}@{commit[:7]} with a malformed "
+                    "hash; refusing to download from it. The server is broken or malicious: check "
+                    "HF_ENDPOINT."
+                )
         return files
 
-    def download(self, commit: str, paths: list[str], cache_dir: Path, *, force: bool, label: str,
-                 etags: Mapping[str, str] | None = None) -> None:
+    def download(
+        self,
+        commit: str,
+        paths: list[str],
+        cache_dir: Path,
+        *,
+        force: bool,
+        label: str,
+        etags: Mapping[str, str] | None = None,
+    ) -> None:
         """Fetch `paths` of `commit` into the cache (8 at a time), with one progress bar for all of them.
 
         Each file's ETag must be a 40/64-hex hash, and the one in `etags` (from the listing) where given."""
@@ -286,17 +317,28 @@ class Remote:
         def one(path: str) -> None:
             token = _expected_etag.set((path, (etags or {}).get(path)))
             try:
-                call(f"downloading {path} of {self.repo_id}@{commit[:7]}",
-                     lambda: self.api.hf_hub_download(self.repo_id, path, repo_type="kernel", revision=commit,
-                                                      cache_dir=cache_dir, force_download=force, tqdm_class=_Quiet),
-                     retry_dropped=False)
+                call(
+                    f"downloading {path} of {self.repo_id}@{commit[:7]}",
+                    lambda: self.api.hf_hub_download(
+                        self.repo_id,
+                        path,
+                        repo_type="kernel",
+                        revision=commit,
+                        cache_dir=cache_dir,
+                        force_download=force,
+                        tqdm_class=_Quiet,
+                    ),
+                    retry_dropped=False,
+                )
             finally:
                 _expected_etag.reset(token)
 
         install_etag_guard()
 
-        with tqdm(total=len(paths), desc=f"Downloading {label}", unit="file", leave=False) as bar, \
-                ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool:
+        with (
+            tqdm(total=len(paths), desc=f"Downloading {label}", unit="file", leave=False) as bar,
+            ThreadPoolExecutor(max_workers=min(8, max(1, len(paths)))) as pool,
+        ):
             for future in [pool.submit(one, p) for p in paths]:
                 future.result()
                 bar.update(1)

@@ -248,9 +248,13 @@ class RepoState:
             return None
 
     def save_tree(self, commit: str, tree: dict[str, TreeEntry]) -> None:
-        _write_json(self.root / "trees" / f"{commit}.json",
-                    {p: {"size": e.size, "blob_id": e.blob_id, **({"lfs_sha256": e.lfs_sha256} if e.lfs_sha256 else {})}
-                     for p, e in tree.items()})
+        _write_json(
+            self.root / "trees" / f"{commit}.json",
+            {
+                p: {"size": e.size, "blob_id": e.blob_id, **({"lfs_sha256": e.lfs_sha256} if e.lfs_sha256 else {})}
+                for p, e in tree.items()
+            },
+        )
 
     # -- receipts ---------------------------------------------------------------------------------------------
 
@@ -266,8 +270,12 @@ class RepoState:
 
     def save_receipt(self, commit: str, variant: str, metadata_sha256: str, verified: Verified) -> None:
         """Record what the variant's files were verified to be (their hashes), and its compiled Python code."""
-        record: dict[str, Any] = {"metadata_sha256": metadata_sha256, "verified_at": time.time(),
-                                  "algorithm": verified.algorithm, "files": dict(verified.files)}
+        record: dict[str, Any] = {
+            "metadata_sha256": metadata_sha256,
+            "verified_at": time.time(),
+            "algorithm": verified.algorithm,
+            "files": dict(verified.files),
+        }
         if verified.code:
             path = self._code_path(commit, variant)
             data = marshal.dumps(dict(verified.code))

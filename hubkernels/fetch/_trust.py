@@ -56,8 +56,11 @@ def _allow_list(trust_remote_code: object, org: str) -> frozenset[str]:
     A mapping is refused rather than read: `{"org": False}` reads as a refusal to a person but as the key "org"
     to `in`, and guessing which was meant is how code gets trusted by accident.
     """
-    if isinstance(trust_remote_code, (list, tuple, set, frozenset)) and \
-            all(isinstance(x, str) for x in trust_remote_code):
+    if isinstance(trust_remote_code, (list, tuple, set, frozenset)) and all(
+        isinstance(x, str) for x in trust_remote_code
+    ):
         return frozenset(trust_remote_code)
-    raise UsageError("trust_remote_code must be True, False, or a list of organizations or repo ids such as "
-                     f"[{org!r}], got {trust_remote_code!r}")
+    raise UsageError(
+        "trust_remote_code must be True, False, or a list of organizations or repo ids such as "
+        f"[{org!r}], got {trust_remote_code!r}"
+    )

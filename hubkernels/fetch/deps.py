@@ -24,8 +24,16 @@ from ..metadata import Metadata
 if TYPE_CHECKING:
     from . import Installed, TrustRemoteCode
 
-__all__ = ["Dependency", "KernelDependencyError", "dependencies", "get_kernel_dep", "providing",
-           "install_dependencies", "import_with_dependencies", "local_dependencies"]
+__all__ = [
+    "Dependency",
+    "KernelDependencyError",
+    "dependencies",
+    "get_kernel_dep",
+    "providing",
+    "install_dependencies",
+    "import_with_dependencies",
+    "local_dependencies",
+]
 
 
 @dataclass(frozen=True)
@@ -45,22 +53,36 @@ def dependencies(metadata: Metadata) -> list[Dependency]:
     """The `kernel-depends` entries of a variant's metadata, checked."""
     out = []
     for i, entry in enumerate(metadata.kernel_depends, 1):
-        if not isinstance(entry, dict) or not isinstance(entry.get("repo-id"), str) or \
-                ("version" in entry) == ("revision" in entry):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("repo-id"), str)
+            or ("version" in entry) == ("revision" in entry)
+        ):
             raise KernelDependencyError(
                 f"{metadata.name} ({metadata.id}): kernel-depends entry {i} is {entry!r}; each entry needs repo-id "
-                "and exactly one of version or revision. Ask the publisher to rebuild it.")
+                "and exactly one of version or revision. Ask the publisher to rebuild it."
+            )
         version = entry.get("version")
         if version is not None and (isinstance(version, bool) or not isinstance(version, int)):
-            raise KernelDependencyError(f"{metadata.name}: kernel-depends entry {i} has version {version!r}, "
-                                        "not a whole number. Ask the publisher to rebuild it.")
+            raise KernelDependencyError(
+                f"{metadata.name}: kernel-depends entry {i} has version {version!r}, "
+                "not a whole number. Ask the publisher to rebuild it."
+            )
         out.append(Dependency(entry["repo-id"], version, entry.get("revision")))
     return out
 
 
-def install_dependencies(installed: Installed, *, backend: str | None, trust_remote_code: TrustRemoteCode,
-                         force_download: bool, cache_dir: str | Path | None, pins: Mapping[str, str] | None = None,
-                         build: bool | None = None, _chain: tuple[str, ...] = ()) -> Installed:
+def install_dependencies(
+    installed: Installed,
+    *,
+    backend: str | None,
+    trust_remote_code: TrustRemoteCode,
+    force_download: bool,
+    cache_dir: str | Path | None,
+    pins: Mapping[str, str] | None = None,
+    build: bool | None = None,
+    _chain: tuple[str, ...] = (),
+) -> Installed:
     """`installed` with its dependencies installed (and theirs), each as the dependent's metadata asks.
 
     `pins` ({repo_id: commit}, from a lock) overrides what the metadata asks for.
@@ -72,26 +94,53 @@ def install_dependencies(installed: Installed, *, backend: str | None, trust_rem
     found = []
     for dep in wanted:
         if dep.repo_id in chain:
-            raise KernelDependencyError(f"cyclic kernel dependency: {' -> '.join((*chain, dep.repo_id))}. "
-                                        "A kernel cannot depend on itself, directly or through others.")
-        child = _install_one(dep, backend=backend, trust_remote_code=trust_remote_code,
-                             force_download=force_download, cache_dir=cache_dir, pins=pins or {}, build=build)
-        found.append(install_dependencies(child, backend=backend, trust_remote_code=trust_remote_code,
-                                          force_download=force_download, cache_dir=cache_dir, pins=pins,
-                                          build=build, _chain=chain))
+            raise KernelDependencyError(
+                f"cyclic kernel dependency: {' -> '.join((*chain, dep.repo_id))}. "
+                "A kernel cannot depend on itself, directly or through others."
+            )
+        child = _install_one(
+            dep,
+            backend=backend,
+            trust_remote_code=trust_remote_code,
+            force_download=force_download,
+            cache_dir=cache_dir,
+            pins=pins or {},
+            build=build,
+        )
+        found.append(
+            install_dependencies(
+                child,
+                backend=backend,
+                trust_remote_code=trust_remote_code,
+                force_download=force_download,
+                cache_dir=cache_dir,
+                pins=pins,
+                build=build,
+                _chain=chain,
+            )
+        )
     return dataclasses.replace(installed, deps=tuple(found))
 
 
-def local_dependencies(variant_dir: str | Path, *, backend: str | None = None,
-                       trust_remote_code: TrustRemoteCode = False) -> dict[str, ModuleType]:
+def local_dependencies(
+    variant_dir: str | Path, *, backend: str | None = None, trust_remote_code: TrustRemoteCode = False
+) -> dict[str, ModuleType]:
     """{repo_id: module} of the kernel-depends of a local variant, installed from the Hub (or LOCAL_KERNELS)."""
     meta = Metadata.read(variant_dir)
     out = {}
     for dep in dependencies(meta):
-        child = _install_one(dep, backend=backend, trust_remote_code=trust_remote_code, force_download=False,
-                             cache_dir=None, pins={}, build=None)
-        child = install_dependencies(child, backend=backend, trust_remote_code=trust_remote_code,
-                                     force_download=False, cache_dir=None)
+        child = _install_one(
+            dep,
+            backend=backend,
+            trust_remote_code=trust_remote_code,
+            force_download=False,
+            cache_dir=None,
+            pins={},
+            build=None,
+        )
+        child = install_dependencies(
+            child, backend=backend, trust_remote_code=trust_remote_code, force_download=False, cache_dir=None
+        )
         out[dep.repo_id] = import_with_dependencies(child)
     return out
 
@@ -101,15 +150,22 @@ def import_with_dependencies(installed: Installed) -> ModuleType:
     from ..load import import_variant
 
     modules = {dep.repo_id: import_with_dependencies(dep) for dep in installed.deps}
-    return import_variant(installed.path, verify=installed.verified is None, verified=installed.verified,
-                          deps=modules)
+    return import_variant(installed.path, verify=installed.verified is None, verified=installed.verified, deps=modules)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 
 
-def _install_one(dep: Dependency, *, backend: str | None, trust_remote_code: TrustRemoteCode, force_download: bool,
-                 cache_dir: str | Path | None, pins: Mapping[str, str], build: bool | None) -> Installed:
+def _install_one(
+    dep: Dependency,
+    *,
+    backend: str | None,
+    trust_remote_code: TrustRemoteCode,
+    force_download: bool,
+    cache_dir: str | Path | None,
+    pins: Mapping[str, str],
+    build: bool | None,
+) -> Installed:
     from . import Installed, install
 
     local = settings.local_kernels().get(dep.repo_id)
@@ -120,11 +176,23 @@ def _install_one(dep: Dependency, *, backend: str | None, trust_remote_code: Tru
         return Installed(dep.repo_id, "", None, path.name, path, "", resolution, True)
     pinned = pins.get(dep.repo_id)
     try:
-        return install(dep.repo_id, version=None if pinned else dep.version, revision=pinned or dep.revision,
-                       backend=backend, trust_remote_code=trust_remote_code, force_download=force_download,
-                       cache_dir=cache_dir, dependencies=False, build=build)
+        return install(
+            dep.repo_id,
+            version=None if pinned else dep.version,
+            revision=pinned or dep.revision,
+            backend=backend,
+            trust_remote_code=trust_remote_code,
+            force_download=force_download,
+            cache_dir=cache_dir,
+            dependencies=False,
+            build=build,
+        )
     except HubkernelsError as e:
-        also = " (build=True on the dependent's load builds its dependencies too.)" \
-            if isinstance(e, VariantNotFoundError) else ""
-        raise type(e)(f"while installing kernel dependency {dep}{' (pinned ' + pinned[:7] + ')' if pinned else ''}: "
-                      f"{e}{also}") from e
+        also = (
+            " (build=True on the dependent's load builds its dependencies too.)"
+            if isinstance(e, VariantNotFoundError)
+            else ""
+        )
+        raise type(e)(
+            f"while installing kernel dependency {dep}{' (pinned ' + pinned[:7] + ')' if pinned else ''}: {e}{also}"
+        ) from e

@@ -17,8 +17,17 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UsageError
-from ..lock import (DEFAULT_LOCKFILE, LockedVariant, LockEntry, LockFileError, add_dependency, lock_entry,
-                    read_dependencies, read_lock, write_lock)
+from ..lock import (
+    DEFAULT_LOCKFILE,
+    LockedVariant,
+    LockEntry,
+    LockFileError,
+    add_dependency,
+    lock_entry,
+    read_dependencies,
+    read_lock,
+    write_lock,
+)
 from ..metadata import Metadata
 from . import TrustRemoteCode, _tree, import_installed, install, parse_spec, resolve_ref
 from ._hub import KernelNotFoundError, Remote
@@ -27,8 +36,9 @@ from ._local import RepoState
 logger = logging.getLogger("hubkernels.fetch")
 
 
-def lock_kernel(repo_id: str, *, version: int | None = None, revision: str | None = None,
-                cache_dir: str | Path | None = None) -> LockEntry:
+def lock_kernel(
+    repo_id: str, *, version: int | None = None, revision: str | None = None, cache_dir: str | Path | None = None
+) -> LockEntry:
     """Resolve one kernel on the Hub now and record its commit and every variant's metadata hash and digest.
 
     With neither `version` nor `revision`, the newest version is resolved and recorded as that version.
@@ -37,8 +47,9 @@ def lock_kernel(repo_id: str, *, version: int | None = None, revision: str | Non
     return entry
 
 
-def lock(specs: Sequence[str], output: str | Path | None = DEFAULT_LOCKFILE, *,
-         cache_dir: str | Path | None = None) -> list[LockEntry]:
+def lock(
+    specs: Sequence[str], output: str | Path | None = DEFAULT_LOCKFILE, *, cache_dir: str | Path | None = None
+) -> list[LockEntry]:
     """Lock `org/name[@vN|@rev]` specs and the kernels they depend on; with `output`, merge them into that file."""
     if not specs:
         raise UsageError("name at least one kernel to lock, e.g. `hubkernels lock hubkernels/ltx-kernels@v1`")
@@ -51,8 +62,9 @@ def lock(specs: Sequence[str], output: str | Path | None = DEFAULT_LOCKFILE, *,
     return entries
 
 
-def lock_project(project_dir: str | Path = ".", *, add: Sequence[str] = (),
-                 cache_dir: str | Path | None = None) -> list[LockEntry]:
+def lock_project(
+    project_dir: str | Path = ".", *, add: Sequence[str] = (), cache_dir: str | Path | None = None
+) -> list[LockEntry]:
     """Lock what `project_dir/pyproject.toml` lists in `[tool.kernels.dependencies]` into `project_dir/kernels.lock`.
 
     `add`: `org/name@vN` specs to put on that list first (the file is otherwise left as it was).
@@ -69,30 +81,61 @@ def lock_project(project_dir: str | Path = ".", *, add: Sequence[str] = (),
     return entries
 
 
-def install_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, backend: str | None = None,
-                   trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
-                   cache_dir: str | Path | None = None) -> Path:
+def install_locked(
+    repo_id: str,
+    *,
+    lockfile: str | Path = DEFAULT_LOCKFILE,
+    backend: str | None = None,
+    trust_remote_code: TrustRemoteCode = False,
+    force_download: bool = False,
+    cache_dir: str | Path | None = None,
+) -> Path:
     """Download and verify the locked commit's variant for this machine; returns its directory."""
     return _install(repo_id, lockfile, backend, trust_remote_code, force_download, cache_dir).path
 
 
-def load_locked(repo_id: str, *, lockfile: str | Path = DEFAULT_LOCKFILE, backend: str | None = None,
-                trust_remote_code: TrustRemoteCode = False, force_download: bool = False,
-                cache_dir: str | Path | None = None) -> ModuleType:
+def load_locked(
+    repo_id: str,
+    *,
+    lockfile: str | Path = DEFAULT_LOCKFILE,
+    backend: str | None = None,
+    trust_remote_code: TrustRemoteCode = False,
+    force_download: bool = False,
+    cache_dir: str | Path | None = None,
+) -> ModuleType:
     """Import the locked commit of `repo_id`; refuses a variant whose metadata.json differs from the locked one."""
     return import_installed(_install(repo_id, lockfile, backend, trust_remote_code, force_download, cache_dir))
 
 
-def _install(repo_id: str, lockfile: str | Path, backend: str | None, trust_remote_code: TrustRemoteCode,
-             force_download: bool, cache_dir: str | Path | None):  # type: ignore[no-untyped-def]
+def _install(
+    repo_id: str,
+    lockfile: str | Path,
+    backend: str | None,
+    trust_remote_code: TrustRemoteCode,
+    force_download: bool,
+    cache_dir: str | Path | None,
+):  # type: ignore[no-untyped-def]
     entry = lock_entry(lockfile, repo_id)
     if not entry.variants:
-        logger.info("%s: %s pins commit %s without variant digests (written by `kernels lock`?); loading that commit "
-                    "with the Hub's listing as the reference", repo_id, lockfile, entry.commit[:7])
+        logger.info(
+            "%s: %s pins commit %s without variant digests (written by `kernels lock`?); loading that commit "
+            "with the Hub's listing as the reference",
+            repo_id,
+            lockfile,
+            entry.commit[:7],
+        )
     locked = {n: v.metadata_sha256 for n, v in entry.variants.items()} if entry.variants else None
     pins = {e.repo_id: e.commit for e in read_lock(lockfile).values()}  # a locked dependent pins its deps too
-    return install(repo_id, revision=entry.commit, backend=backend, trust_remote_code=trust_remote_code,
-                   force_download=force_download, cache_dir=cache_dir, locked=locked, pins=pins)
+    return install(
+        repo_id,
+        revision=entry.commit,
+        backend=backend,
+        trust_remote_code=trust_remote_code,
+        force_download=force_download,
+        cache_dir=cache_dir,
+        locked=locked,
+        pins=pins,
+    )
 
 
 def _lock_tree(wanted: list[tuple[str, int | None, str | None]], cache_dir: str | Path | None) -> list[LockEntry]:
@@ -109,14 +152,17 @@ def _lock_tree(wanted: list[tuple[str, int | None, str | None]], cache_dir: str 
     return list(done.values())
 
 
-def _lock_one(repo_id: str, version: int | None, revision: str | None,
-              cache_dir: str | Path | None) -> tuple[LockEntry, list[tuple[str, int | None, str | None]]]:
+def _lock_one(
+    repo_id: str, version: int | None, revision: str | None, cache_dir: str | Path | None
+) -> tuple[LockEntry, list[tuple[str, int | None, str | None]]]:
     state, remote = RepoState(repo_id, cache_dir), Remote(repo_id)
     ref = resolve_ref(state, remote, version, revision, max_age=0.0)  # a lock records the Hub as it is now
     tree = _tree(state, remote, ref.commit)
     if tree is None:
-        raise KernelNotFoundError(f"HF_HUB_OFFLINE=1 and the variants of {repo_id}@{ref.commit[:7]} were never "
-                                  "listed here; lock needs the Hub.")
+        raise KernelNotFoundError(
+            f"HF_HUB_OFFLINE=1 and the variants of {repo_id}@{ref.commit[:7]} were never "
+            "listed here; lock needs the Hub."
+        )
     metas = sorted(p for p in tree if p.count("/") == 2 and p.endswith("/metadata.json"))
     missing = [p for p in metas if not (state.repo_dir / "snapshots" / ref.commit / p).is_file()]
     if missing:
@@ -126,13 +172,15 @@ def _lock_one(repo_id: str, version: int | None, revision: str | None,
     for p in metas:
         raw = (state.repo_dir / "snapshots" / ref.commit / p).read_bytes()
         if not tree[p].matches(raw):
-            raise LockFileError(f"the cached {p} of {repo_id}@{ref.commit[:7]} differs from the Hub's; delete "
-                                f"{state.repo_dir} and lock again")
+            raise LockFileError(
+                f"the cached {p} of {repo_id}@{ref.commit[:7]} differs from the Hub's; delete "
+                f"{state.repo_dir} and lock again"
+            )
         metadata = Metadata.from_dict(json.loads(raw))
         digest = metadata.digest or {}
-        variants[p.split("/")[1]] = LockedVariant(hashlib.sha256(raw).hexdigest(),
-                                                  str(digest.get("algorithm", "sha256")),
-                                                  dict(digest.get("files") or {}))
+        variants[p.split("/")[1]] = LockedVariant(
+            hashlib.sha256(raw).hexdigest(), str(digest.get("algorithm", "sha256")), dict(digest.get("files") or {})
+        )
         deps.extend(_dependency(d) for d in metadata.kernel_depends)
     if not variants:
         raise KernelNotFoundError(f"{repo_id}@{ref.commit[:7]} has no build variants to lock")
@@ -153,8 +201,12 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     if "lock" in subparsers.choices:
         return
     p = subparsers.add_parser("lock", help="pin Hub kernels to exact commits and variant digests in kernels.lock")
-    p.add_argument("kernels", nargs="*", metavar="ORG/NAME[@vN|@REV] | DIR",
-                   help="kernels to lock, or a project directory whose pyproject.toml lists them (default: .)")
+    p.add_argument(
+        "kernels",
+        nargs="*",
+        metavar="ORG/NAME[@vN|@REV] | DIR",
+        help="kernels to lock, or a project directory whose pyproject.toml lists them (default: .)",
+    )
     p.add_argument("-o", "--output", default=DEFAULT_LOCKFILE, help="lock file to update when naming kernels")
     p.add_argument("--project", metavar="DIR", help="add the named kernels to DIR/pyproject.toml and lock DIR")
     p.set_defaults(func=_cmd_lock)

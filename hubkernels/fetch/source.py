@@ -51,8 +51,17 @@ def build_wanted(build: bool | None) -> bool:
     return settings.build_from_source() if build is None else bool(build)
 
 
-def install_from_source(state: RepoState, remote: Remote, ref_commit: str, resolution: Resolution, *,
-                        backend: str | None, build: bool | None, force: bool, asked: tuple[int | None, str]) -> Built:
+def install_from_source(
+    state: RepoState,
+    remote: Remote,
+    ref_commit: str,
+    resolution: Resolution,
+    *,
+    backend: str | None,
+    build: bool | None,
+    force: bool,
+    asked: tuple[int | None, str],
+) -> Built:
     """The variant built here from `ref_commit`'s source (reusing an earlier build), or, when building was not
     asked for, a VariantNotFoundError with the trace and the one-line way to build."""
     where = f"{state.repo_id}@{asked[1]}" + ("" if asked[1] == ref_commit else f" (commit {ref_commit[:7]})")
@@ -61,15 +70,18 @@ def install_from_source(state: RepoState, remote: Remote, ref_commit: str, resol
         raise VariantNotFoundError(
             f"No published variant of {where} fits this machine:\n{resolution.describe()}\n"
             f"Build it here from the source published with it: {build_call} "
-            "(or set HUBKERNELS_BUILD=auto).")
+            "(or set HUBKERNELS_BUILD=auto)."
+        )
     builds = state.root / "builds" / ref_commit
     if not force:
         found = _existing(builds, backend)
         if found is not None:
             return found
     if settings.offline():
-        raise KernelNotFoundError(f"HF_HUB_OFFLINE=1 and {where} was never built on this machine; building it "
-                                  f"needs its source from the Hub. Run {build_call} online once.")
+        raise KernelNotFoundError(
+            f"HF_HUB_OFFLINE=1 and {where} was never built on this machine; building it "
+            f"needs its source from the Hub. Run {build_call} online once."
+        )
     from filelock import FileLock
 
     builds.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +108,8 @@ def _refuse_unloadable(builds: Path, backend: str | None, where: str) -> None:
         raise VariantNotFoundError(
             f"{where} was built here from source as {', '.join(sorted(names))}, which this machine does not load:\n"
             f"{resolve(names, None, backend).describe()}\nThe source builds no other variant here; pass the backend "
-            "it was built for (for example backend='cpu') to load it.")
+            "it was built for (for example backend='cpu') to load it."
+        )
 
 
 def _build_call(repo_id: str, version: int | None, label: str) -> str:
@@ -116,22 +129,32 @@ def _existing(builds: Path, backend: str | None, only: str | None = None) -> Bui
     meta = Metadata.read(path)
     problems = _digest.violations(path, meta.digest) if meta.digest else ["metadata.json has no digest"]
     if problems:
-        raise DigestError(f"{path} (built here from source) does not match its metadata.json digest: "
-                          f"{'; '.join(problems)}. Delete {path} and load again to rebuild it.")
+        raise DigestError(
+            f"{path} (built here from source) does not match its metadata.json digest: "
+            f"{'; '.join(problems)}. Delete {path} and load again to rebuild it."
+        )
     return Built(str(chosen), path, hashlib.sha256(raw).hexdigest(), True)
 
 
 def _download_source(state: RepoState, remote: Remote, commit: str) -> Path:
     """`source/` of `commit` in the cache, every file checked against the Hub's listing; returns its directory."""
-    tree = remote.files_under(commit, SOURCE_DIR, "the source", (
-        f"{state.repo_id}@{commit[:7]} publishes no source (no {SOURCE_DIR}/ directory), so it cannot be built "
-        "here. Ask the publisher to upload again with `hubkernels upload`, which publishes it."))
+    tree = remote.files_under(
+        commit,
+        SOURCE_DIR,
+        "the source",
+        (
+            f"{state.repo_id}@{commit[:7]} publishes no source (no {SOURCE_DIR}/ directory), so it cannot be built "
+            "here. Ask the publisher to upload again with `hubkernels upload`, which publishes it."
+        ),
+    )
     snapshot = state.repo_dir / "snapshots" / commit
     remote.download(commit, sorted(tree), state.cache, force=False, label=f"{state.repo_id} source")
     bad = [p for p, e in tree.items() if not e.matches((snapshot / p).read_bytes())]
     if bad:
-        raise DigestError(f"the source of {state.repo_id}@{commit[:7]} in the cache differs from the Hub's listing "
-                          f"({', '.join(bad)}); delete {state.repo_dir} and load again.")
+        raise DigestError(
+            f"the source of {state.repo_id}@{commit[:7]} in the cache differs from the Hub's listing "
+            f"({', '.join(bad)}); delete {state.repo_dir} and load again."
+        )
     return snapshot / SOURCE_DIR
 
 

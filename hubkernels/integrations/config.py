@@ -80,12 +80,16 @@ def parse_entry(key: str, raw: Any) -> KernelEntry:
     if not isinstance(key, str) or not key:
         raise ConfigEntryError(f"hub_kernels keys are layer or class names, got {key!r}")
     if not isinstance(raw, Mapping):
-        raise ConfigEntryError(f"{where} must be an object like "
-                               '{"repo_id": "org/name", "layer": "LayerName", "version": 1}, got ' + repr(raw))
+        raise ConfigEntryError(
+            f"{where} must be an object like "
+            '{"repo_id": "org/name", "layer": "LayerName", "version": 1}, got ' + repr(raw)
+        )
     unknown = set(raw) - _FIELDS
     if "trust_remote_code" in unknown:
-        raise ConfigEntryError(f"{where}: trust_remote_code cannot be set in a model's config; trusting a "
-                               "publisher is the user's decision (kernelize(..., trust_remote_code=...)).")
+        raise ConfigEntryError(
+            f"{where}: trust_remote_code cannot be set in a model's config; trusting a "
+            "publisher is the user's decision (kernelize(..., trust_remote_code=...))."
+        )
     if unknown:
         raise ConfigEntryError(f"{where} has unknown fields {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
     repo_id, layer = raw.get("repo_id"), raw.get("layer")
@@ -95,8 +99,10 @@ def parse_entry(key: str, raw: Any) -> KernelEntry:
         raise ConfigEntryError(f'{where}: "layer" must name a layer in the kernel\'s layers module, got {layer!r}')
     version, revision = raw.get("version"), raw.get("revision")
     if (version is None) == (revision is None):
-        raise ConfigEntryError(f'{where}: give exactly one of "version" (an integer major version) or "revision" '
-                               "(a branch, tag or commit), so users load what you tested")
+        raise ConfigEntryError(
+            f'{where}: give exactly one of "version" (an integer major version) or "revision" '
+            "(a branch, tag or commit), so users load what you tested"
+        )
     if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 0):
         raise ConfigEntryError(f'{where}: "version" must be a non-negative integer, got {version!r}')
     if revision is not None and (not isinstance(revision, str) or not revision):
@@ -104,8 +110,9 @@ def parse_entry(key: str, raw: Any) -> KernelEntry:
     devices = raw.get("devices")
     if devices is not None:
         if not isinstance(devices, (list, tuple)) or not devices or any(d not in DEVICE_TYPES for d in devices):
-            raise ConfigEntryError(f'{where}: "devices" must be a non-empty list of {", ".join(DEVICE_TYPES)}; '
-                                   f"got {devices!r}")
+            raise ConfigEntryError(
+                f'{where}: "devices" must be a non-empty list of {", ".join(DEVICE_TYPES)}; got {devices!r}'
+            )
         devices = tuple(devices)
     return KernelEntry(key, repo_id, layer, version, revision, devices)
 
@@ -152,8 +159,9 @@ def declare_hub_kernels(model: Any, entries: Mapping[str, Mapping[str, Any]]) ->
         setattr(_config_of(model), "hub_kernels", value)
 
 
-def mapping_from_config(model: "nn.Module", device_type: str, *,
-                        trust_remote_code: Union[bool, list[str]] = False) -> dict:
+def mapping_from_config(
+    model: "nn.Module", device_type: str, *, trust_remote_code: Union[bool, list[str]] = False
+) -> dict:
     """The kernel mapping the model's config asks for on `device_type`, keeping only entries that load and
     fit (each problem is a warning). Entries for names the current mapping already covers are left to it."""
     entries = [e for e in config_entries(model) if e.devices is None or device_type in e.devices]
@@ -170,15 +178,25 @@ def mapping_from_config(model: "nn.Module", device_type: str, *,
         if key in user:
             logger.info("config entry %s: a mapping registered in code already covers it; using that", entry.key)
             continue
-        repo = LayerRepository(entry.repo_id, layer_name=entry.layer, version=entry.version,
-                               revision=entry.revision, trust_remote_code=trust_remote_code)
+        repo = LayerRepository(
+            entry.repo_id,
+            layer_name=entry.layer,
+            version=entry.version,
+            revision=entry.revision,
+            trust_remote_code=trust_remote_code,
+        )
         try:
             layer = load_layer(repo)
             for cls in target_classes:
                 validate_layer(layer, cls)
         except Exception as e:  # noqa: BLE001 - a model's config must never make loading it fail
-            logger.warning("config.json hub_kernels[%r] (%s): cannot use it, keeping the original layer: %s: %s",
-                           entry.key, repo, type(e).__name__, e)
+            logger.warning(
+                "config.json hub_kernels[%r] (%s): cannot use it, keeping the original layer: %s: %s",
+                entry.key,
+                repo,
+                type(e).__name__,
+                e,
+            )
             continue
         mapping[key] = {device_type: repo}
     return mapping
@@ -188,22 +206,32 @@ def _targets(key: str, classes: set[type]) -> Optional[tuple[Union[str, LayerMat
     by_layer_name = [c for c in classes if layer_name_of(c) == key]
     if by_layer_name:
         return key, by_layer_name
-    by_class = [c for c in classes if f"{c.__module__}.{c.__qualname__}" == key] if "." in key \
+    by_class = (
+        [c for c in classes if f"{c.__module__}.{c.__qualname__}" == key]
+        if "." in key
         else [c for c in classes if c.__name__ == key]
+    )
     if not by_class:
         logger.info("config entry %s matches no module of this model", key)
         return None
     if len(by_class) > 1:
-        logger.warning("config entry %r matches several classes (%s); qualify it (module.Class) to pick one",
-                       key, ", ".join(f"{c.__module__}.{c.__qualname__}" for c in by_class))
+        logger.warning(
+            "config entry %r matches several classes (%s); qualify it (module.Class) to pick one",
+            key,
+            ", ".join(f"{c.__module__}.{c.__qualname__}" for c in by_class),
+        )
         return None
     return LayerMatch(by_class[0]), by_class
 
 
-def kernelize_with_config(model: "nn.Module", *, mode: Optional[Mode] = None,
-                          device: Union[str, "torch.device", None] = None,
-                          use_fallback: Union[bool, KernelizeFallback] = True,
-                          trust_remote_code: Union[bool, list[str]] = False) -> "nn.Module":
+def kernelize_with_config(
+    model: "nn.Module",
+    *,
+    mode: Optional[Mode] = None,
+    device: Union[str, "torch.device", None] = None,
+    use_fallback: Union[bool, KernelizeFallback] = True,
+    trust_remote_code: Union[bool, list[str]] = False,
+) -> "nn.Module":
     """`hubkernels.layers.kernelize`, plus the kernels the model's config declares and the layer names
     of transformers' decorated layers; returns `model`.
 
@@ -220,9 +248,15 @@ def kernelize_with_config(model: "nn.Module", *, mode: Optional[Mode] = None,
             return _layers.kernelize(model, mode=mode, device=device, use_fallback=use_fallback)
 
 
-def from_pretrained(cls: Any, path: Union[str, Path], *, mode: Optional[Mode] = None,
-                    device: Union[str, "torch.device", None] = None,
-                    kernel_trust_remote_code: Union[bool, list[str]] = False, **kwargs: Any) -> Any:
+def from_pretrained(
+    cls: Any,
+    path: Union[str, Path],
+    *,
+    mode: Optional[Mode] = None,
+    device: Union[str, "torch.device", None] = None,
+    kernel_trust_remote_code: Union[bool, list[str]] = False,
+    **kwargs: Any,
+) -> Any:
     """`cls.from_pretrained(path, **kwargs)` then `kernelize` with the kernels its config declares.
 
     `kernel_trust_remote_code` is `kernelize`'s `trust_remote_code` (named apart from transformers'

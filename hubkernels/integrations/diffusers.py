@@ -50,11 +50,19 @@ logger = logging.getLogger(__name__)
 _ORIGINAL_PROCESSOR = "_hubkernels_original_processor"
 
 
-def kernelize_diffusers(obj: Any, *, repo_id: Optional[str] = None, version: Optional[int] = None,
-                        revision: Optional[str] = None, kernel: Optional[ModuleType] = None,
-                        path: Union[str, Path, None] = None, mode: Mode = Mode.INFERENCE,
-                        device: Union[str, "torch.device", None] = None,
-                        trust_remote_code: Union[bool, list[str]] = False, exclude: Iterable[str] = ()) -> Any:
+def kernelize_diffusers(
+    obj: Any,
+    *,
+    repo_id: Optional[str] = None,
+    version: Optional[int] = None,
+    revision: Optional[str] = None,
+    kernel: Optional[ModuleType] = None,
+    path: Union[str, Path, None] = None,
+    mode: Mode = Mode.INFERENCE,
+    device: Union[str, "torch.device", None] = None,
+    trust_remote_code: Union[bool, list[str]] = False,
+    exclude: Iterable[str] = (),
+) -> Any:
     """Kernelize a Diffusers model or every model of a pipeline with one kernel; returns `obj`.
 
     The kernel comes from exactly one of `repo_id` (+ `version` or `revision`, through `get_kernel`
@@ -74,8 +82,9 @@ def kernelize_diffusers(obj: Any, *, repo_id: Optional[str] = None, version: Opt
     unmapped = set(exclude)
     for kind, entry in entries.items():
         served = entry.get("serves")
-        if served is not None and (served not in entries or served in exclude
-                                   or mode_conflict(_layer(module, served), mode)):
+        if served is not None and (
+            served not in entries or served in exclude or mode_conflict(_layer(module, served), mode)
+        ):
             unmapped.add(kind)  # its output is for a processor that will not run
     total: Counter[str] = Counter()
     for name, model in _models_of(obj):
@@ -83,8 +92,11 @@ def kernelize_diffusers(obj: Any, *, repo_id: Optional[str] = None, version: Opt
         model_unmapped = set(unmapped)
         for kind, entry in entries.items():
             served = entry.get("serves")
-            if (served and device_type in entry.get("exclusive_on", ())
-                    and _custom_processors(model, entries[served], _layer(module, served))):
+            if (
+                served
+                and device_type in entry.get("exclusive_on", ())
+                and _custom_processors(model, entries[served], _layer(module, served))
+            ):
                 model_unmapped.add(kind)  # its output would reach processors that cannot read it
         with use_kernel_mapping(kernel_mapping(module, device_type, model_unmapped)):
             _layers.kernelize(model, mode=mode, device=device_type, use_fallback=KernelizeFallback.DEFAULT)
@@ -98,8 +110,14 @@ def kernelize_diffusers(obj: Any, *, repo_id: Optional[str] = None, version: Opt
                 else:
                     counts[kind] += _swap_processors(model, entry, _layer(module, kind), mode)
         replaced = {kind: counts[kind] for kind in entries if counts[kind]}
-        logger.info("kernelized %s with %s (%s, %s): %s", name or type(model).__name__, module.__name__, mode,
-                    device_type, ", ".join(f"{k} x{n}" for k, n in replaced.items()) or "nothing")
+        logger.info(
+            "kernelized %s with %s (%s, %s): %s",
+            name or type(model).__name__,
+            module.__name__,
+            mode,
+            device_type,
+            ", ".join(f"{k} x{n}" for k, n in replaced.items()) or "nothing",
+        )
         _set_report(model, replaced)
         total.update(counts)
     _set_report(obj, {kind: total[kind] for kind in entries if total[kind]})
@@ -128,8 +146,9 @@ def declared_kinds(kernel: ModuleType) -> dict[str, dict[str, Any]]:
     """The kernel's `layers.diffusers_mapping()` (kind -> entry, in report order); {} for a kernel without one."""
     declare = getattr(getattr(kernel, "layers", None), "diffusers_mapping", None)
     if declare is None:
-        logger.info("%s declares no diffusers layers (no layers.diffusers_mapping); nothing to replace",
-                    kernel.__name__)
+        logger.info(
+            "%s declares no diffusers layers (no layers.diffusers_mapping); nothing to replace", kernel.__name__
+        )
         return {}
     return dict(declare())
 
@@ -144,8 +163,12 @@ def kernel_mapping(kernel: ModuleType, device_type: str, exclude: Iterable[str] 
             continue
         cls = _class(entry["layer"])
         if cls is None or not hasattr(kernel.layers, kind):
-            logger.info("%s: no %s here (or no layer for it in %s); those modules keep their forward", kind,
-                        entry["layer"], kernel.__name__)
+            logger.info(
+                "%s: no %s here (or no layer for it in %s); those modules keep their forward",
+                kind,
+                entry["layer"],
+                kernel.__name__,
+            )
             continue
         mapping[LayerMatch(cls, entry.get("when"))] = {device_type: KernelModuleLayer(kernel, kind)}
     return mapping
@@ -216,8 +239,13 @@ def _swap_processors(model: "nn.Module", entry: dict[str, Any], processor_cls: t
             logger.info("%s uses a custom processor (%s); leaving it", path, type(current).__name__)
             continue
         if conflict is not None:
-            logger.warning("%s keeps diffusers' %s: the kernel's processor cannot serve %s: %s", path,
-                           stock.__name__, mode, conflict)
+            logger.warning(
+                "%s keeps diffusers' %s: the kernel's processor cannot serve %s: %s",
+                path,
+                stock.__name__,
+                mode,
+                conflict,
+            )
             _restore_processor(attn)
             continue
         original = attn.__dict__.get(_ORIGINAL_PROCESSOR, current) if type(current) is processor_cls else current
@@ -268,13 +296,20 @@ def _class(spec: str) -> Optional[type]:
         return None
 
 
-def _load_kernel(repo_id: Optional[str], version: Optional[int], revision: Optional[str],
-                 kernel: Optional[ModuleType], path: Union[str, Path, None],
-                 trust_remote_code: Union[bool, list[str]]) -> ModuleType:
+def _load_kernel(
+    repo_id: Optional[str],
+    version: Optional[int],
+    revision: Optional[str],
+    kernel: Optional[ModuleType],
+    path: Union[str, Path, None],
+    trust_remote_code: Union[bool, list[str]],
+) -> ModuleType:
     given = [name for name, v in (("repo_id", repo_id), ("kernel", kernel), ("path", path)) if v is not None]
     if len(given) != 1:
-        raise ValueError("Pass exactly one of repo_id=<org/name> (with version= or revision=), path=<local "
-                         f"kernel build> or kernel=<loaded module>; got {', '.join(given) or 'none'}.")
+        raise ValueError(
+            "Pass exactly one of repo_id=<org/name> (with version= or revision=), path=<local "
+            f"kernel build> or kernel=<loaded module>; got {', '.join(given) or 'none'}."
+        )
     if kernel is not None:
         return kernel
     if path is not None:
@@ -318,4 +353,3 @@ def _set_report(obj: Any, replaced: dict[str, int]) -> None:
         object.__setattr__(obj, "_hubkernels_replaced", dict(replaced))
     except (AttributeError, TypeError):  # objects without a __dict__: the log line is the report
         pass
-

@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 # `@use_kernel_forward_from_hub("Name")`, possibly followed by other decorators, then `class X(`.
 _DECORATED = re.compile(
-    r"^@use_kernel_forward_from_hub\(\s*[\"']([^\"']+)[\"']\s*\)\s*\n(?:@[^\n]*\n)*class\s+(\w+)\b", re.MULTILINE)
+    r"^@use_kernel_forward_from_hub\(\s*[\"']([^\"']+)[\"']\s*\)\s*\n(?:@[^\n]*\n)*class\s+(\w+)\b", re.MULTILINE
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,8 +73,10 @@ def layer_names(model: "nn.Module") -> dict[type, str]:
         if name is not None:
             found[cls] = name
     if found:
-        logger.debug("transformers layers named from their decorators: %s",
-                     ", ".join(f"{c.__name__}={n}" for c, n in found.items()))
+        logger.debug(
+            "transformers layers named from their decorators: %s",
+            ", ".join(f"{c.__name__}={n}" for c, n in found.items()),
+        )
     return found
 
 
@@ -87,13 +90,24 @@ def is_transformers_model(model: object) -> bool:
 LTX_KERNELS_LAYERS = {"RMSNorm": "LlamaRMSNorm", "GeluTanh": "GeluTanh", "NewGELU": "GeluTanh", "FastGELU": "GeluTanh"}
 
 
-def ltx_kernels_mapping(repo_id: str, *, version: Optional[int] = None, revision: Optional[str] = None,
-                        devices: tuple[str, ...] = ("cuda", "cpu"),
-                        trust_remote_code: bool | list[str] = False) -> dict:
+def ltx_kernels_mapping(
+    repo_id: str,
+    *,
+    version: Optional[int] = None,
+    revision: Optional[str] = None,
+    devices: tuple[str, ...] = ("cuda", "cpu"),
+    trust_remote_code: bool | list[str] = False,
+) -> dict:
     """A kernel mapping of transformers' RMSNorm and GELU-tanh layer names to an ltx-kernels repo, for
     `hubkernels.use_kernel_mapping` / `register_kernel_mapping`."""
     from ..layers import LayerRepository
 
-    return {name: {device: LayerRepository(repo_id, layer_name=layer, version=version, revision=revision,
-                                           trust_remote_code=trust_remote_code) for device in devices}
-            for name, layer in LTX_KERNELS_LAYERS.items()}
+    return {
+        name: {
+            device: LayerRepository(
+                repo_id, layer_name=layer, version=version, revision=revision, trust_remote_code=trust_remote_code
+            )
+            for device in devices
+        }
+        for name, layer in LTX_KERNELS_LAYERS.items()
+    }

@@ -14,6 +14,15 @@ from .globals import (
     use_kernel_mapping,
     use_layer_names,
 )
+from .mode import Mode, check_kernelize_mode
+from .repos import (
+    LayerNotFoundError,
+    LayerRepository,
+    LocalLayerRepository,
+    LockedLayerRepository,
+    RepositoryProtocol,
+    layer_from_kernel,
+)
 from .swap import (
     KernelizeFallback,
     kernelize,
@@ -25,15 +34,6 @@ from .swap import (
     restore_forward,
     use_kernel_forward_from_hub,
     validate_layer,
-)
-from .mode import Mode, check_kernelize_mode
-from .repos import (
-    LayerNotFoundError,
-    LayerRepository,
-    LocalLayerRepository,
-    LockedLayerRepository,
-    RepositoryProtocol,
-    layer_from_kernel,
 )
 
 # The surface integrations build on (hubkernels.integrations.*): what a kernelize of their own needs.

@@ -88,8 +88,11 @@ def capability_of(device: "torch.device | None") -> int | None:
 
     if not torch.cuda.is_available():
         return None
-    index = device.index if device is not None and device.type == "cuda" and device.index is not None \
+    index = (
+        device.index
+        if device is not None and device.type == "cuda" and device.index is not None
         else torch.cuda.current_device()
+    )
     major, minor = torch.cuda.get_device_capability(index)
     return major * 10 + minor
 
@@ -136,8 +139,10 @@ def _device_type(model_device: Optional["torch.device"], device: Union[str, "tor
             raise ValueError(f"Unsupported device type {device!r}; use one of {', '.join(DEVICE_TYPES)}.")
         return base
     if model_device is None:
-        raise ValueError("Cannot tell which device the model runs on (it has no parameters or buffers); "
-                         "pass device='cuda' (or 'cpu', ...) to kernelize.")
+        raise ValueError(
+            "Cannot tell which device the model runs on (it has no parameters or buffers); "
+            "pass device='cuda' (or 'cpu', ...) to kernelize."
+        )
     if device is not None:
         return model_device.type  # an explicit torch.device is taken as given (HF `kernels`' rule)
     return device_type_of(model_device)

@@ -87,8 +87,10 @@ def register_kernel_mapping(mapping: UserMapping, inherit_mapping: bool = True) 
                 if not isinstance(mode, Mode):
                     raise TypeError(f"Mode keys must be hubkernels.Mode, got {mode!r} for {key}")
                 if not callable(getattr(repo, "load", None)):
-                    raise TypeError(f"{repo!r} (for {key}, {device.type}) has no load(); use LayerRepository, "
-                                    "LocalLayerRepository or LockedLayerRepository")
+                    raise TypeError(
+                        f"{repo!r} (for {key}, {device.type}) has no load(); use LayerRepository, "
+                        "LocalLayerRepository or LockedLayerRepository"
+                    )
             parsed.append((key, device.type, device.capability_range, repos))
     if not inherit_mapping:
         _MAPPING.set({})

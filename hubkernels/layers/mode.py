@@ -29,10 +29,18 @@ class Mode(Flag):
 
 #: For a kernelize mode, the registered modes to try, best first (HF `kernels`' order).
 MODE_PRIORITY: dict[Mode, tuple[Mode, ...]] = {
-    Mode.INFERENCE: (Mode.INFERENCE, Mode.INFERENCE | Mode.TORCH_COMPILE, Mode.TRAINING,
-                     Mode.TRAINING | Mode.TORCH_COMPILE, Mode.FALLBACK),
-    Mode.INFERENCE | Mode.TORCH_COMPILE: (Mode.INFERENCE | Mode.TORCH_COMPILE, Mode.TRAINING | Mode.TORCH_COMPILE,
-                                          Mode.FALLBACK),
+    Mode.INFERENCE: (
+        Mode.INFERENCE,
+        Mode.INFERENCE | Mode.TORCH_COMPILE,
+        Mode.TRAINING,
+        Mode.TRAINING | Mode.TORCH_COMPILE,
+        Mode.FALLBACK,
+    ),
+    Mode.INFERENCE | Mode.TORCH_COMPILE: (
+        Mode.INFERENCE | Mode.TORCH_COMPILE,
+        Mode.TRAINING | Mode.TORCH_COMPILE,
+        Mode.FALLBACK,
+    ),
     Mode.TRAINING: (Mode.TRAINING, Mode.TRAINING | Mode.TORCH_COMPILE, Mode.FALLBACK),
     Mode.TRAINING | Mode.TORCH_COMPILE: (Mode.TRAINING | Mode.TORCH_COMPILE, Mode.FALLBACK),
 }
@@ -43,7 +51,9 @@ def check_kernelize_mode(mode: Mode) -> None:
     if not isinstance(mode, Mode):
         raise TypeError(f"mode must be a hubkernels.Mode, got {mode!r}")
     if mode == Mode.FALLBACK:
-        raise ValueError("Mode.FALLBACK can only be used to register kernel mappings; kernelize with "
-                         "Mode.INFERENCE or Mode.TRAINING (optionally | Mode.TORCH_COMPILE).")
+        raise ValueError(
+            "Mode.FALLBACK can only be used to register kernel mappings; kernelize with "
+            "Mode.INFERENCE or Mode.TRAINING (optionally | Mode.TORCH_COMPILE)."
+        )
     if Mode.INFERENCE not in mode and Mode.TRAINING not in mode:
         raise ValueError("kernelize mode must contain Mode.INFERENCE or Mode.TRAINING.")

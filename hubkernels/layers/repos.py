@@ -38,7 +38,8 @@ def layer_from_kernel(kernel: ModuleType, layer_name: str, origin: object) -> "t
     if layer is None:
         have = sorted(n for n, v in vars(layers).items() if isinstance(v, type) and not n.startswith("_"))
         raise LayerNotFoundError(
-            f"Layer {layer_name!r} not found in kernel {origin}; it has: {', '.join(have) or 'none'}.")
+            f"Layer {layer_name!r} not found in kernel {origin}; it has: {', '.join(have) or 'none'}."
+        )
     return layer
 
 
@@ -49,8 +50,15 @@ class LayerRepository:
     is required, as in HF `kernels`. `trust_remote_code` is passed to `get_kernel`'s trust check.
     """
 
-    def __init__(self, repo_id: str, *, layer_name: str, revision: str | None = None, version: int | None = None,
-                 trust_remote_code: Union[bool, list[str]] = False) -> None:
+    def __init__(
+        self,
+        repo_id: str,
+        *,
+        layer_name: str,
+        revision: str | None = None,
+        version: int | None = None,
+        trust_remote_code: Union[bool, list[str]] = False,
+    ) -> None:
         if revision is not None and version is not None:
             raise ValueError("Either a revision or a version must be specified, not both.")
         if revision is None and version is None:
@@ -64,8 +72,9 @@ class LayerRepository:
     def load(self) -> "type[nn.Module]":
         from ..fetch import get_kernel  # the fetch stage; imported when a layer is first needed
 
-        kernel = get_kernel(self.repo_id, version=self.version, revision=self.revision,
-                            trust_remote_code=self.trust_remote_code)
+        kernel = get_kernel(
+            self.repo_id, version=self.version, revision=self.revision, trust_remote_code=self.trust_remote_code
+        )
         return layer_from_kernel(kernel, self.layer_name, self)
 
     def _key(self) -> tuple:
@@ -97,7 +106,9 @@ class LocalLayerRepository:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, LocalLayerRepository) and (self.repo_path, self.layer_name) == (
-            other.repo_path, other.layer_name)
+            other.repo_path,
+            other.layer_name,
+        )
 
     def __hash__(self) -> int:
         return hash(("LocalLayerRepository", self.repo_path, self.layer_name))
@@ -110,8 +121,14 @@ class LockedLayerRepository:
     """A layer of a Hub kernel pinned by a lock file (`hubkernels lock`): the commit is read once, at
     construction, and loading checks the variant's bytes against the lock (`get_kernel(lockfile=...)`)."""
 
-    def __init__(self, repo_id: str, *, lockfile: Union[str, Path, None] = None, layer_name: str,
-                 trust_remote_code: Union[bool, list[str]] = False) -> None:
+    def __init__(
+        self,
+        repo_id: str,
+        *,
+        lockfile: Union[str, Path, None] = None,
+        layer_name: str,
+        trust_remote_code: Union[bool, list[str]] = False,
+    ) -> None:
         from ..lock import DEFAULT_LOCKFILE, LockFileError, read_lock
 
         self.repo_id = repo_id
@@ -120,8 +137,10 @@ class LockedLayerRepository:
         self.trust_remote_code = list(trust_remote_code) if isinstance(trust_remote_code, list) else trust_remote_code
         entries = read_lock(self.lockfile)
         if repo_id not in entries:
-            raise LockFileError(f"{self.lockfile} has no entry for {repo_id}. Add it with "
-                                f"`hubkernels lock {repo_id} --output {self.lockfile}`.")
+            raise LockFileError(
+                f"{self.lockfile} has no entry for {repo_id}. Add it with "
+                f"`hubkernels lock {repo_id} --output {self.lockfile}`."
+            )
         self.revision = entries[repo_id].commit
 
     def load(self) -> "type[nn.Module]":

@@ -58,8 +58,9 @@ class KernelizeFallback(Flag):
 # Marking layers as extensible
 
 
-def replace_kernel_forward_from_hub(cls: type, layer_name: str,
-                                    condition: Optional[Callable[["nn.Module"], bool]] = None) -> None:
+def replace_kernel_forward_from_hub(
+    cls: type, layer_name: str, condition: Optional[Callable[["nn.Module"], bool]] = None
+) -> None:
     """Mark a (third-party) layer class as extensible under `layer_name`, optionally only where
     `condition(module)` holds. Prefer a `LayerMatch` mapping key, which leaves the class untouched."""
     cls.kernel_layer_name = layer_name  # type: ignore[attr-defined]
@@ -81,8 +82,7 @@ def use_kernel_forward_from_hub(layer_name: str, condition: Optional[Callable[["
             func_cls = _function_module(obj)
             replace_kernel_forward_from_hub(func_cls, layer_name, condition)
             return func_cls()
-        raise TypeError("@use_kernel_forward_from_hub applies to layer classes or functions, "
-                        f"not {type(obj).__name__}")
+        raise TypeError(f"@use_kernel_forward_from_hub applies to layer classes or functions, not {type(obj).__name__}")
 
     return decorator
 
@@ -100,7 +100,8 @@ def _function_module(func: Callable) -> type:
     sig = inspect.signature(func)
     Func.forward.__signature__ = Signature(  # type: ignore[attr-defined]
         [Parameter("self", Parameter.POSITIONAL_OR_KEYWORD), *sig.parameters.values()],
-        return_annotation=sig.return_annotation)
+        return_annotation=sig.return_annotation,
+    )
     Func.__name__ = Func.__qualname__ = f"{func.__name__}_module"
     return Func
 
@@ -132,16 +133,20 @@ def validate_layer(layer: type, original: type) -> None:
         raise TypeError(f"Kernel layer {name} defines __init__; kernel layers must be stateless (forward only).")
     extra = {n for n, _ in inspect.getmembers(layer)} - {n for n, _ in inspect.getmembers(nn.Module)}
     if not extra <= _ALLOWED_MEMBERS:
-        raise TypeError(f"Kernel layer {name} has members {sorted(extra - _ALLOWED_MEMBERS)}; only forward, "
-                        "has_backward, can_torch_compile and prepare are allowed.")
+        raise TypeError(
+            f"Kernel layer {name} has members {sorted(extra - _ALLOWED_MEMBERS)}; only forward, "
+            "has_backward, can_torch_compile and prepare are allowed."
+        )
     if "prepare" in extra and not isinstance(inspect.getattr_static(layer, "prepare"), classmethod):
         raise TypeError(f"Kernel layer {name}.prepare must be a classmethod prepare(cls, module).")
     params = list(inspect.signature(layer.forward).parameters.values())
     ref = list(inspect.signature(original.forward).parameters.values())
     if len(params) != len(ref) or any(p.kind != r.kind for p, r in zip(params, ref)):
-        raise TypeError(f"Forward of kernel layer {name}{inspect.signature(layer.forward)} does not match "
-                        f"{original.__qualname__}.forward{inspect.signature(original.forward)} "
-                        "(same number and kinds of parameters required).")
+        raise TypeError(
+            f"Forward of kernel layer {name}{inspect.signature(layer.forward)} does not match "
+            f"{original.__qualname__}.forward{inspect.signature(original.forward)} "
+            "(same number and kinds of parameters required)."
+        )
     _validated.add((layer, original))
 
 
@@ -149,8 +154,9 @@ def _check_registered_mode(layer: type, repo: object, key: Key, repo_mode: Mode)
     if Mode.TRAINING in repo_mode and not getattr(layer, "has_backward", True):
         raise ValueError(f"Layer from {repo} has no backward but was registered for {key} with mode {repo_mode}.")
     if Mode.TORCH_COMPILE in repo_mode and not getattr(layer, "can_torch_compile", False):
-        raise ValueError(f"Layer from {repo} is not torch.compile-safe but was registered for {key} "
-                         f"with mode {repo_mode}.")
+        raise ValueError(
+            f"Layer from {repo} is not torch.compile-safe but was registered for {key} with mode {repo_mode}."
+        )
 
 
 def mode_conflict(layer: object, mode: Mode) -> str | None:
@@ -252,8 +258,11 @@ def _set_forward(module: "nn.Module", forward: Optional[Callable]) -> None:
         state["_old_forward"] = forward if forward is not None else MethodType(type(module).forward, module)
         return
     if installed is not None and state.get("forward") not in (installed, None):
-        logger.warning("%s.forward was replaced by someone else after kernelize; overwriting it. Kernelize "
-                       "before adding hooks (e.g. before enable_model_cpu_offload).", type(module).__name__)
+        logger.warning(
+            "%s.forward was replaced by someone else after kernelize; overwriting it. Kernelize "
+            "before adding hooks (e.g. before enable_model_cpu_offload).",
+            type(module).__name__,
+        )
     if forward is None:
         state.pop("forward", None)
     else:
@@ -269,8 +278,7 @@ def kernelized_layers(model: "nn.Module") -> dict[str, type]:
 def _in_place(module: "nn.Module") -> bool:
     state = module.__dict__
     installed = state.get(_INSTALLED)
-    return _LAYER in state and installed is not None and installed in (state.get("forward"),
-                                                                       state.get("_old_forward"))
+    return _LAYER in state and installed is not None and installed in (state.get("forward"), state.get("_old_forward"))
 
 
 def reinstall_forwards(model: "nn.Module") -> int:
@@ -312,9 +320,13 @@ class _Decision:
     quiet: bool = False  # an expected outcome (no mapping, mapping disabled): logged at INFO, not WARNING
 
 
-def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
-              device: Union[str, "torch.device", None] = None,
-              use_fallback: Union[bool, KernelizeFallback] = True) -> "nn.Module":
+def kernelize(
+    model: "nn.Module",
+    *,
+    mode: Optional[Mode] = None,
+    device: Union[str, "torch.device", None] = None,
+    use_fallback: Union[bool, KernelizeFallback] = True,
+) -> "nn.Module":
     """Replace the forward of every mapped extensible layer of `model` with its kernel layer's; returns `model`.
 
     mode: default `Mode.TRAINING` if `model.training` else `Mode.INFERENCE`. device: the device type to
@@ -326,8 +338,11 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
     if mode is None:
         mode = Mode.TRAINING if getattr(model, "training", False) else Mode.INFERENCE
     check_kernelize_mode(mode)
-    fallback = use_fallback if isinstance(use_fallback, KernelizeFallback) else (
-        KernelizeFallback.DEFAULT if use_fallback else KernelizeFallback.NONE)
+    fallback = (
+        use_fallback
+        if isinstance(use_fallback, KernelizeFallback)
+        else (KernelizeFallback.DEFAULT if use_fallback else KernelizeFallback.NONE)
+    )
     model_device = _model_device(model, device)
     device_type = _device_type(model_device, device)
     table = current_mapping()
@@ -338,8 +353,10 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
     decisions: list[_Decision] = []
     seen: set[int] = set()
     for path, module in model.named_modules():
-        targets = [(f"{path}.{name}" if path else name, fn)
-                   for name, fn in (getattr(module, "_kernel_funcs", None) or {}).items()]
+        targets = [
+            (f"{path}.{name}" if path else name, fn)
+            for name, fn in (getattr(module, "_kernel_funcs", None) or {}).items()
+        ]
         targets.append((path, module))
         for target_path, target in targets:
             if id(target) in seen:
@@ -348,8 +365,15 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
             key = _key_for(target, class_keys)
             if key is None:
                 if _ORIGINAL in target.__dict__:  # kernelized before, unmapped now: back to the original
-                    decisions.append(_Decision(target, target_path, type(target).__qualname__,
-                                               reason="no kernel mapping for it any more", quiet=True))
+                    decisions.append(
+                        _Decision(
+                            target,
+                            target_path,
+                            type(target).__qualname__,
+                            reason="no kernel mapping for it any more",
+                            quiet=True,
+                        )
+                    )
                 continue
             label = key if isinstance(key, str) else str(key)
             decision = _Decision(target, target_path or type(target).__name__, label)
@@ -370,13 +394,20 @@ def kernelize(model: "nn.Module", *, mode: Optional[Mode] = None,
             kept[(d.label, d.reason or "", d.quiet)] += 1
     if replaced:
         _keep_across_mode_switches(model)
-        logger.info("kernelize (%s, %s): replaced %s", mode, device_type,
-                    ", ".join(f"{k} x{n}" for k, n in replaced.items()))
+        logger.info(
+            "kernelize (%s, %s): replaced %s", mode, device_type, ", ".join(f"{k} x{n}" for k, n in replaced.items())
+        )
     for (label, reason, quiet), n in kept.items():
         # Most marked layers of a model have no mapping: that is normal, not worth a warning.
-        logger.log(logging.INFO if quiet else logging.WARNING,
-                   "kernelize (%s, %s): %d module(s) of layer %s keep their original forward: %s",
-                   mode, device_type, n, label, reason)
+        logger.log(
+            logging.INFO if quiet else logging.WARNING,
+            "kernelize (%s, %s): %d module(s) of layer %s keep their original forward: %s",
+            mode,
+            device_type,
+            n,
+            label,
+            reason,
+        )
     return model
 
 
@@ -395,8 +426,16 @@ def _key_for(module: "nn.Module", class_keys: list[LayerMatch]) -> Optional[Key]
     return name
 
 
-def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, model_device: Any,
-          fallback: KernelizeFallback, capabilities: dict[Any, Optional[int]]) -> None:
+def _plan(
+    d: _Decision,
+    key: Key,
+    table: Table,
+    mode: Mode,
+    device_type: str,
+    model_device: Any,
+    fallback: KernelizeFallback,
+    capabilities: dict[Any, Optional[int]],
+) -> None:
     def keep(flag: KernelizeFallback, reason: str) -> None:
         if flag not in fallback:
             raise ValueError(f"Cannot kernelize {d.path} ({d.label}): {reason}.")
@@ -407,8 +446,10 @@ def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, mo
         return keep(KernelizeFallback.NO_LAYER, f"no kernel mapping for layer {d.label!r}")
     device_repos = by_device.get(device_type)
     if device_repos is None:
-        return keep(KernelizeFallback.NO_DEVICE, f"no kernel mapped for device type {device_type!r} "
-                                                 f"(mapped: {', '.join(sorted(by_device))})")
+        return keep(
+            KernelizeFallback.NO_DEVICE,
+            f"no kernel mapped for device type {device_type!r} (mapped: {', '.join(sorted(by_device))})",
+        )
     capability = None
     if device_type in ("cuda", "rocm"):
         dev = module_device(d.module) or model_device
@@ -418,12 +459,15 @@ def _plan(d: _Decision, key: Key, table: Table, mode: Mode, device_type: str, mo
         capability = capabilities[cache_key]
     repos = device_repos.for_capability(capability)
     if repos is None:
-        return keep(KernelizeFallback.NO_COMPATIBLE_PROPERTIES,
-                    f"no kernel mapped for {device_type} capability {capability}")
+        return keep(
+            KernelizeFallback.NO_COMPATIBLE_PROPERTIES, f"no kernel mapped for {device_type} capability {capability}"
+        )
     selected = select_repository(repos, mode)
     if selected is None:
-        return keep(KernelizeFallback.NO_COMPATIBLE_MODE,
-                    f"no kernel registered for mode {mode} (registered: {', '.join(str(m) for m in repos)})")
+        return keep(
+            KernelizeFallback.NO_COMPATIBLE_MODE,
+            f"no kernel registered for mode {mode} (registered: {', '.join(str(m) for m in repos)})",
+        )
     repo, repo_mode = selected
     try:
         layer = load_layer(repo)

@@ -21,5 +21,16 @@ from .cli import register_cli
 from .common import Limits
 from .control import Fault, HubControl
 
-__all__ = ["BackgroundHub", "Fault", "HubControl", "Identity", "Limits", "ServeError", "TokenSpec", "TokenStore",
-           "create_app", "register_cli", "serve"]
+__all__ = [
+    "BackgroundHub",
+    "Fault",
+    "HubControl",
+    "Identity",
+    "Limits",
+    "ServeError",
+    "TokenSpec",
+    "TokenStore",
+    "create_app",
+    "register_cli",
+    "serve",
+]

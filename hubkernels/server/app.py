@@ -15,14 +15,13 @@ from typing import Any, Iterable
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from . import xet
 from .auth import TokenSpec, TokenStore
 from .common import URL_PREFIX, Hub, Limits, api_repo, hub_error_handler, private_path
 from .control import ControlMiddleware, HubControl, quiet_truncation_logs
 from .limits import LimitsMiddleware
 from .routes_control import control_faults, control_requests, control_reset, control_trust
-from . import xet
 from .routes_files import commit, lfs_routes, preupload, resolve_route
-from .routes_simple import simple_routes
 from .routes_repos import (
     agent_harnesses,
     branch,
@@ -40,11 +39,19 @@ from .routes_repos import (
     validate_yaml,
     whoami,
 )
+from .routes_simple import simple_routes
 from .storage import HubError, Storage
 
 
-def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: int | None = 1024,
-               tokens: Iterable[TokenSpec] = (), test_mode: bool = False, limits: Limits | None = None) -> Starlette:
+def create_app(
+    root: Path,
+    *,
+    trusted_orgs: Iterable[str] = (),
+    lfs_threshold: int | None = 1024,
+    tokens: Iterable[TokenSpec] = (),
+    test_mode: bool = False,
+    limits: Limits | None = None,
+) -> Starlette:
     """A Hub-compatible ASGI app storing its repositories (and ``tokens.json``) under ``root``.
 
     ``trusted_orgs``: organizations whose overview says ``trustedKernelPublisher: true``. ``lfs_threshold``: files of
@@ -91,8 +98,7 @@ def create_app(root: Path, *, trusted_orgs: Iterable[str] = (), lfs_threshold: i
     storage = Storage(Path(root))
     xet.install(storage)
     control = HubControl(set(trusted_orgs))
-    state = Hub(storage, control, lfs_threshold, TokenStore(storage.root, tokens), test_mode=test_mode,
-                limits=limits)
+    state = Hub(storage, control, lfs_threshold, TokenStore(storage.root, tokens), test_mode=test_mode, limits=limits)
     app = Starlette(routes=routes, exception_handlers={HubError: hub_error_handler})
     app.state.hub = state
     quiet_truncation_logs()

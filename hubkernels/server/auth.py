@@ -10,8 +10,6 @@ none on the PUT).
 
 from __future__ import annotations
 
-from ..errors import HubkernelsError  # noqa: E402
-
 import hashlib
 import hmac
 import json
@@ -26,6 +24,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from filelock import FileLock
+
+from ..errors import HubkernelsError  # noqa: E402
 
 TOKENS_FILE = "tokens.json"
 ROLES = ("read", "write")
@@ -128,9 +128,18 @@ class TokenStore:
     def list(self) -> list[dict[str, Any]]:
         """The stored tokens without their secrets: id, user, orgs, role, admin, created, name."""
         state = self._current()
-        return [{"id": r.id, "user": r.user, "orgs": list(state.users.get(r.user, [])), "role": r.role,
-                 "admin": r.admin, "created": r.created, "name": r.name}
-                for r in state.records.values()]  # in order of creation
+        return [
+            {
+                "id": r.id,
+                "user": r.user,
+                "orgs": list(state.users.get(r.user, [])),
+                "role": r.role,
+                "admin": r.admin,
+                "created": r.created,
+                "name": r.name,
+            }
+            for r in state.records.values()
+        ]  # in order of creation
 
     # -- writing ------------------------------------------------------------------------------------------------
 
@@ -138,11 +147,11 @@ class TokenStore:
         """Register a plain-text token in memory only (never written to disk)."""
         check_name("user", spec.user)
         orgs = tuple(check_name("organization", o) for o in spec.orgs)
-        self._memory[hash_token(spec.token)] = Identity(spec.user, orgs, "write" if spec.write else "read",
-                                                        spec.admin)
+        self._memory[hash_token(spec.token)] = Identity(spec.user, orgs, "write" if spec.write else "read", spec.admin)
 
-    def create(self, user: str, orgs: Iterable[str] = (), *, write: bool = False, admin: bool = False,
-               name: str = "") -> str:
+    def create(
+        self, user: str, orgs: Iterable[str] = (), *, write: bool = False, admin: bool = False, name: str = ""
+    ) -> str:
         """A new token for ``user`` (who joins ``orgs``), stored hashed; the plain text is returned only here."""
         if self.path is None:
             raise TokenError("This hub has no root directory to store tokens in; pass tokens= in memory instead.")
@@ -153,8 +162,15 @@ class TokenStore:
             state = self._load()
             known = state.users.setdefault(user, [])
             known.extend(o for o in orgs if o not in known)
-            record = _Record(secrets.token_hex(4), hash_token(token), user, "write" if write else "read", admin,
-                             int(time.time()), name)
+            record = _Record(
+                secrets.token_hex(4),
+                hash_token(token),
+                user,
+                "write" if write else "read",
+                admin,
+                int(time.time()),
+                name,
+            )
             state.records[record.sha256] = record
             self._save(state)
         return token
@@ -202,25 +218,33 @@ class TokenStore:
         except FileNotFoundError:
             return _State()
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            raise TokenError(f"{self.path} is not valid JSON ({exc}): restore it or delete it and create tokens "
-                             "again.") from None
+            raise TokenError(
+                f"{self.path} is not valid JSON ({exc}): restore it or delete it and create tokens again."
+            ) from None
         try:
             state = _State(users={str(u): [str(o) for o in orgs] for u, orgs in (data.get("users") or {}).items()})
             for item in data.get("tokens") or []:
-                record = _Record(str(item["id"]), str(item["sha256"]), str(item["user"]),
-                                 str(item.get("role", "read")), bool(item.get("admin", False)),
-                                 int(item.get("created", 0)), str(item.get("name", "")))
+                record = _Record(
+                    str(item["id"]),
+                    str(item["sha256"]),
+                    str(item["user"]),
+                    str(item.get("role", "read")),
+                    bool(item.get("admin", False)),
+                    int(item.get("created", 0)),
+                    str(item.get("name", "")),
+                )
                 if record.role in ROLES:
                     state.records[record.sha256] = record
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise TokenError(f"{self.path} is not a tokens file of this hub ({type(exc).__name__}: {exc}): restore it "
-                             "or delete it and create tokens again.") from None
+            raise TokenError(
+                f"{self.path} is not a tokens file of this hub ({type(exc).__name__}: {exc}): restore it "
+                "or delete it and create tokens again."
+            ) from None
         return state
 
     def _save(self, state: _State) -> None:
         assert self.path is not None
-        data = {"users": state.users,
-                "tokens": [r.__dict__ for r in state.records.values()]}
+        data = {"users": state.users, "tokens": [r.__dict__ for r in state.records.values()]}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tokens-")
         try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from ..errors import HubkernelsError  # noqa: E402
-
 import ipaddress
 import json
 import socket
@@ -17,6 +15,7 @@ from typing import Any, Iterable
 
 import uvicorn
 
+from ..errors import HubkernelsError  # noqa: E402
 from .app import create_app
 from .auth import TokenSpec, TokenStore
 from .common import Limits
@@ -46,8 +45,9 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise OSError(f"Cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 picks a free one).") \
-            from None
+        raise OSError(
+            f"Cannot listen on {host}:{port}: {exc.strerror}. Pick another --port (0 picks a free one)."
+        ) from None
     sock.listen(2048)  # connections made before uvicorn runs wait in the backlog instead of being refused
     return sock
 
@@ -58,13 +58,29 @@ def _url(host: str, port: int) -> str:
 
 def _config(app: Any, log_level: str) -> uvicorn.Config:
     timeout = app.state.hub.limits.read_timeout_s
-    return uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
-                          timeout_keep_alive=30, http=header_timeout_protocol(timeout))
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=2,
+        timeout_keep_alive=30,
+        http=header_timeout_protocol(timeout),
+    )
 
 
-def serve(host: str = "127.0.0.1", port: int = 0, root: Path | None = None, trusted_orgs: Iterable[str] = (),
-          log_level: str = "warning", lfs_threshold: int | None = 1024, *, tokens: Iterable[TokenSpec] = (),
-          test_mode: bool = False, limits: Limits | None = None) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    root: Path | None = None,
+    trusted_orgs: Iterable[str] = (),
+    log_level: str = "warning",
+    lfs_threshold: int | None = 1024,
+    *,
+    tokens: Iterable[TokenSpec] = (),
+    test_mode: bool = False,
+    limits: Limits | None = None,
+) -> None:
     """Run the hub until interrupted (Ctrl-C / SIGTERM). ``port`` 0 picks a free port; ``root`` None keeps the
     repositories in a temporary directory deleted on exit. Prints ``Hub listening on URL (root DIR)`` first.
     Raises `ServeError` for a non-loopback ``host`` while no token exists (anyone could write)."""
@@ -74,15 +90,27 @@ def serve(host: str = "127.0.0.1", port: int = 0, root: Path | None = None, trus
         store.mkdir(parents=True, exist_ok=True)
         if not is_loopback(host) and not TokenStore(store, tokens).configured():
             where = f"--root {store}" if root is not None else "--root DIR (and serve that --root)"
-            raise ServeError(f"Refusing to serve on {host} with no token configured: create one first with "
-                             f"`hubkernels serve token create --user NAME --write {where}`.")
-        app = create_app(store, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold, tokens=tokens,
-                         test_mode=test_mode, limits=limits)
+            raise ServeError(
+                f"Refusing to serve on {host} with no token configured: create one first with "
+                f"`hubkernels serve token create --user NAME --write {where}`."
+            )
+        app = create_app(
+            store,
+            trusted_orgs=trusted_orgs,
+            lfs_threshold=lfs_threshold,
+            tokens=tokens,
+            test_mode=test_mode,
+            limits=limits,
+        )
         sock = _bind(host, port)
         print(f"Hub listening on {_url(host, sock.getsockname()[1])} (root {store.resolve()})", flush=True)
         if not app.state.hub.tokens.configured():
-            print(f"No token yet: clients can only read. For HF_TOKEN: hubkernels serve token create --user NAME "
-                  f"--org ORG --write --root {store.resolve()}", file=sys.stderr, flush=True)
+            print(
+                f"No token yet: clients can only read. For HF_TOKEN: hubkernels serve token create --user NAME "
+                f"--org ORG --write --root {store.resolve()}",
+                file=sys.stderr,
+                flush=True,
+            )
         uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
 
 
@@ -95,15 +123,31 @@ class BackgroundHub:
     admin token). ``root`` None keeps the repositories in a temporary directory removed by `stop`.
     """
 
-    def __init__(self, root: Path | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 trusted_orgs: Iterable[str] = (), lfs_threshold: int | None = 1024, log_level: str = "warning",
-                 start: bool = True, tokens: Iterable[TokenSpec] = (), test_mode: bool = False,
-                 limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        trusted_orgs: Iterable[str] = (),
+        lfs_threshold: int | None = 1024,
+        log_level: str = "warning",
+        start: bool = True,
+        tokens: Iterable[TokenSpec] = (),
+        test_mode: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="hubkernels-hub-") if root is None else None
         self.root = Path(self._tmp.name if self._tmp else root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.app = create_app(self.root, trusted_orgs=trusted_orgs, lfs_threshold=lfs_threshold, tokens=tokens,
-                              test_mode=test_mode, limits=limits)
+        self.app = create_app(
+            self.root,
+            trusted_orgs=trusted_orgs,
+            lfs_threshold=lfs_threshold,
+            tokens=tokens,
+            test_mode=test_mode,
+            limits=limits,
+        )
         self.control: HubControl = self.app.state.hub.control
         self.host = host
         self._sock = _bind(host, port)
@@ -118,8 +162,9 @@ class BackgroundHub:
         """Start serving and wait until the hub answers (raises RuntimeError if it does not within ``timeout``)."""
         if self._thread is not None:
             return self
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
-                                        name=f"hubkernels-hub-{self.port}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, name=f"hubkernels-hub-{self.port}", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
@@ -158,12 +203,27 @@ class BackgroundHub:
     def reset_requests(self) -> None:
         self.control.reset_requests()
 
-    def add_fault(self, path_regex: str, *, method: str | None = None, status: int | None = None,
-                  truncate_after: int | None = None, delay_s: float = 0.0, times: int | None = 1,
-                  headers: dict[str, str] | None = None) -> Fault:
+    def add_fault(
+        self,
+        path_regex: str,
+        *,
+        method: str | None = None,
+        status: int | None = None,
+        truncate_after: int | None = None,
+        delay_s: float = 0.0,
+        times: int | None = 1,
+        headers: dict[str, str] | None = None,
+    ) -> Fault:
         """Make the next ``times`` requests whose decoded path matches ``path_regex`` fail (see `Fault`)."""
-        return self.control.add_fault(path_regex, method=method, status=status, truncate_after=truncate_after,
-                                      delay_s=delay_s, times=times, headers=headers)
+        return self.control.add_fault(
+            path_regex,
+            method=method,
+            status=status,
+            truncate_after=truncate_after,
+            delay_s=delay_s,
+            times=times,
+            headers=headers,
+        )
 
     def clear_faults(self) -> None:
         self.control.clear_faults()
@@ -179,4 +239,3 @@ class BackgroundHub:
 
     def __repr__(self) -> str:
         return f"BackgroundHub(url={self.url!r}, root={str(self.root)!r})"
-

@@ -15,44 +15,87 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``serve`` command to an ``argparse`` subparsers object; it sets ``func`` (``args.func(args)``
     runs it and returns the exit status)."""
     parser = subparsers.add_parser(
-        "serve", help="run a Hub-compatible server (git-backed) for publishing and loading kernels locally",
+        "serve",
+        help="run a Hub-compatible server (git-backed) for publishing and loading kernels locally",
         description="Run a Hugging Face Hub-compatible HTTP server that stores repositories as git repos under "
-                    "--root. Point clients at it with HF_ENDPOINT=<printed URL> and HF_TOKEN=<a token from "
-                    "`hubkernels serve token create`>; large files travel through Xet (huggingface_hub with hf_xet) "
-                    "or the LFS batch API (clients without hf_xet). Anonymous clients read public repositories only.")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1); any other than loopback needs a token first")
+        "--root. Point clients at it with HF_ENDPOINT=<printed URL> and HF_TOKEN=<a token from "
+        "`hubkernels serve token create`>; large files travel through Xet (huggingface_hub with hf_xet) "
+        "or the LFS batch API (clients without hf_xet). Anonymous clients read public repositories only.",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1); any other than loopback needs a token first",
+    )
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one (default 0)")
-    parser.add_argument("--root", type=Path, default=None,
-                        help=f"{DEFAULT_ROOT_HELP} (default: a temporary one, deleted on exit)")
-    parser.add_argument("--trusted-org", dest="trusted_orgs", action="append", default=[], metavar="ORG",
-                        help="organization reported as a trusted kernel publisher (repeatable)")
-    parser.add_argument("--lfs-threshold", type=int, default=1024, metavar="BYTES",
-                        help="files of this size or more are uploaded as large files (Xet or LFS); -1 inlines "
-                             "every file in the commit (default 1024)")
-    parser.add_argument("--max-body-mb", type=int, default=64, metavar="MIB",
-                        help="largest JSON/NDJSON request body accepted, in MiB (default 64)")
-    parser.add_argument("--read-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="drop a client silent this long while sending its request (default 60)")
-    parser.add_argument("--test-mode", action="store_true",
-                        help="enable the /_hubkernels/ control routes (request log, fault injection, trusted "
-                             "orgs) for admin tokens; for test rigs only")
-    parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                        help="uvicorn log level (default warning)")
+    parser.add_argument(
+        "--root", type=Path, default=None, help=f"{DEFAULT_ROOT_HELP} (default: a temporary one, deleted on exit)"
+    )
+    parser.add_argument(
+        "--trusted-org",
+        dest="trusted_orgs",
+        action="append",
+        default=[],
+        metavar="ORG",
+        help="organization reported as a trusted kernel publisher (repeatable)",
+    )
+    parser.add_argument(
+        "--lfs-threshold",
+        type=int,
+        default=1024,
+        metavar="BYTES",
+        help="files of this size or more are uploaded as large files (Xet or LFS); -1 inlines "
+        "every file in the commit (default 1024)",
+    )
+    parser.add_argument(
+        "--max-body-mb",
+        type=int,
+        default=64,
+        metavar="MIB",
+        help="largest JSON/NDJSON request body accepted, in MiB (default 64)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="drop a client silent this long while sending its request (default 60)",
+    )
+    parser.add_argument(
+        "--test-mode",
+        action="store_true",
+        help="enable the /_hubkernels/ control routes (request log, fault injection, trusted "
+        "orgs) for admin tokens; for test rigs only",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn log level (default warning)",
+    )
     parser.set_defaults(func=_run)
     _register_token_cli(parser.add_subparsers(dest="serve_command", metavar="{token}"))
     return parser
 
 
 def _register_token_cli(subparsers: Any) -> None:
-    token = subparsers.add_parser("token", help="create, list or revoke the hub's access tokens",
-                                  description="Manage the tokens of a hub root (stored hashed in ROOT/tokens.json; "
-                                              "a running hub sees changes at once).")
+    token = subparsers.add_parser(
+        "token",
+        help="create, list or revoke the hub's access tokens",
+        description="Manage the tokens of a hub root (stored hashed in ROOT/tokens.json; "
+        "a running hub sees changes at once).",
+    )
     actions = token.add_subparsers(dest="token_command", metavar="{create,list,revoke}", required=True)
     create = actions.add_parser("create", help="create a token and print it (once)")
     create.add_argument("--user", required=True, help="the token's user (it owns the namespace of its name)")
-    create.add_argument("--org", dest="orgs", action="append", default=[], metavar="ORG",
-                        help="an organization the user belongs to (repeatable)")
+    create.add_argument(
+        "--org",
+        dest="orgs",
+        action="append",
+        default=[],
+        metavar="ORG",
+        help="an organization the user belongs to (repeatable)",
+    )
     create.add_argument("--write", action="store_true", help="a write token (default: read-only)")
     create.add_argument("--admin", action="store_true", help="may use the --test-mode control routes")
     create.add_argument("--name", default="", help="a label shown by `token list`")
@@ -76,10 +119,16 @@ def _run(args: argparse.Namespace) -> int:
         print("hubkernels serve: --max-body-mb must be >= 1 and --read-timeout > 0", file=sys.stderr)
         return 2
     try:
-        serve(host=args.host, port=args.port, root=args.root, trusted_orgs=args.trusted_orgs,
-              log_level=args.log_level, lfs_threshold=None if args.lfs_threshold < 0 else args.lfs_threshold,
-              test_mode=args.test_mode,
-              limits=Limits(max_body_bytes=args.max_body_mb << 20, read_timeout_s=args.read_timeout))
+        serve(
+            host=args.host,
+            port=args.port,
+            root=args.root,
+            trusted_orgs=args.trusted_orgs,
+            log_level=args.log_level,
+            lfs_threshold=None if args.lfs_threshold < 0 else args.lfs_threshold,
+            test_mode=args.test_mode,
+            limits=Limits(max_body_bytes=args.max_body_mb << 20, read_timeout_s=args.read_timeout),
+        )
     except (OSError, ServeError, ValueError) as exc:
         print(f"hubkernels serve: {exc}", file=sys.stderr)
         return 2
@@ -101,11 +150,15 @@ def _token(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(tokens, indent=1))
             for t in [] if args.json else tokens:
-                print(f"{t['id']}  {t['user']:<20} {t['role']:<5}{' admin' if t['admin'] else ''}  "
-                      f"orgs: {','.join(t['orgs']) or '-'}  {t['name']}")
+                print(
+                    f"{t['id']}  {t['user']:<20} {t['role']:<5}{' admin' if t['admin'] else ''}  "
+                    f"orgs: {','.join(t['orgs']) or '-'}  {t['name']}"
+                )
         elif not store.revoke(args.token):
-            print(f"hubkernels serve token revoke: no token {args.token!r} in {args.root}: see `token list`.",
-                  file=sys.stderr)
+            print(
+                f"hubkernels serve token revoke: no token {args.token!r} in {args.root}: see `token list`.",
+                file=sys.stderr,
+            )
             return 2
     except (TokenError, OSError) as exc:
         print(f"hubkernels serve token: {exc}", file=sys.stderr)

@@ -40,8 +40,16 @@ class Limits:
 class Hub:
     """The state behind one app: storage, tokens, upload grants, the upload-mode rule, limits and the control."""
 
-    def __init__(self, storage: Storage, control: HubControl, lfs_threshold: int | None, tokens: TokenStore,
-                 *, test_mode: bool = False, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        control: HubControl,
+        lfs_threshold: int | None,
+        tokens: TokenStore,
+        *,
+        test_mode: bool = False,
+        limits: Limits | None = None,
+    ) -> None:
         self.storage = storage
         self.control = control
         self.lfs_threshold = lfs_threshold
@@ -125,8 +133,10 @@ def parse_json(raw: bytes, what: str = "request body", example: str = "{...}") -
         if _SURROGATE_ESCAPE_RE.search(raw):
             json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate raises here
     except (ValueError, RecursionError):  # UnicodeError is a ValueError
-        raise HubError(400, f"The {what} is not valid JSON: send a JSON object, e.g. {example} (finite numbers, "
-                            "valid Unicode text).") from None
+        raise HubError(
+            400,
+            f"The {what} is not valid JSON: send a JSON object, e.g. {example} (finite numbers, valid Unicode text).",
+        ) from None
     return value
 
 
@@ -208,8 +218,11 @@ def identity_of(request: Request, digest: str) -> Identity:
 def need_identity(request: Request, action: str) -> Identity:
     found = identity(request)
     if found is None:
-        raise HubError(401, f"You must be authenticated to {action}: send a write token (HF_TOKEN) of a member of "
-                            "the repository's namespace.")
+        raise HubError(
+            401,
+            f"You must be authenticated to {action}: send a write token (HF_TOKEN) of a member of "
+            "the repository's namespace.",
+        )
     return found
 
 
@@ -219,11 +232,19 @@ def readable(request: Request, repo: Repo) -> Repo:
     if not repo.private:
         return repo
     if who is None:
-        raise HubError(401, f"Repository not found: {repo.repo_type} {repo.repo_id} does not exist on this hub, or it "
-                       "is private and the request was not authenticated: send a token (HF_TOKEN).", "RepoNotFound")
+        raise HubError(
+            401,
+            f"Repository not found: {repo.repo_type} {repo.repo_id} does not exist on this hub, or it "
+            "is private and the request was not authenticated: send a token (HF_TOKEN).",
+            "RepoNotFound",
+        )
     if not who.member_of(namespace(repo.repo_id)):
-        raise HubError(404, f"Repository not found: {repo.repo_type} {repo.repo_id} does not exist on this hub, or "
-                            f"{who.user} may not read it.", "RepoNotFound")
+        raise HubError(
+            404,
+            f"Repository not found: {repo.repo_type} {repo.repo_id} does not exist on this hub, or "
+            f"{who.user} may not read it.",
+            "RepoNotFound",
+        )
     return repo
 
 
@@ -237,8 +258,10 @@ def writable(request: Request, repo: Repo, action: str = "write to this reposito
 
 def check_write(who: Identity, ns: str, action: str) -> None:
     if who.role != "write":
-        raise HubError(403, f"Your token is read-only and cannot {action}: use a write token "
-                            "(hubkernels serve token create --write).")
+        raise HubError(
+            403,
+            f"Your token is read-only and cannot {action}: use a write token (hubkernels serve token create --write).",
+        )
     if not who.member_of(ns):
         raise HubError(403, f"You don't have the rights to {action}: {who.user} is not a member of '{ns}'.")
 

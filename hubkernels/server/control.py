@@ -77,10 +77,15 @@ class Fault:
         if self.times is not None and int(self.times) < 1:
             raise ValueError("times must be >= 1, or null for every matching request.")
         for name, value in (self.headers or {}).items():  # sent as they are: a bad one would break the answer
-            if not isinstance(name, str) or not isinstance(value, str) or not _HEADER_NAME_RE.match(name) \
-                    or not _HEADER_VALUE_RE.match(value):
-                raise ValueError(f"Invalid fault header {name!r}: names are HTTP tokens, values printable ASCII "
-                                 "(no newline).")
+            if (
+                not isinstance(name, str)
+                or not isinstance(value, str)
+                or not _HEADER_NAME_RE.match(name)
+                or not _HEADER_VALUE_RE.match(value)
+            ):
+                raise ValueError(
+                    f"Invalid fault header {name!r}: names are HTTP tokens, values printable ASCII (no newline)."
+                )
         if self.method is not None and not _HEADER_NAME_RE.match(self.method):
             raise ValueError(f"Invalid fault method {self.method!r}: use an HTTP method such as GET.")
         if not 0 <= float(self.delay_s) <= 3600:
@@ -88,8 +93,9 @@ class Fault:
 
     def matches(self, method: str, path: str) -> bool:
         """Whether the rule applies; raises TimeoutError when the pattern takes too long on this path."""
-        return (self.method is None or self.method == method) and \
-            self._regex.search(path, timeout=_MATCH_TIMEOUT_S) is not None
+        return (self.method is None or self.method == method) and self._regex.search(
+            path, timeout=_MATCH_TIMEOUT_S
+        ) is not None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
@@ -113,12 +119,27 @@ class HubControl:
         with self._lock:
             self._requests.clear()
 
-    def add_fault(self, path_regex: str, *, method: str | None = None, status: int | None = None,
-                  truncate_after: int | None = None, delay_s: float = 0.0, times: int | None = 1,
-                  headers: dict[str, str] | None = None) -> Fault:
+    def add_fault(
+        self,
+        path_regex: str,
+        *,
+        method: str | None = None,
+        status: int | None = None,
+        truncate_after: int | None = None,
+        delay_s: float = 0.0,
+        times: int | None = 1,
+        headers: dict[str, str] | None = None,
+    ) -> Fault:
         """Install a fault rule (see `Fault`); rules are tried in the order they were added."""
-        fault = Fault(path_regex, method=method, status=status, truncate_after=truncate_after,
-                      delay_s=float(delay_s), times=times, headers=dict(headers or {}))
+        fault = Fault(
+            path_regex,
+            method=method,
+            status=status,
+            truncate_after=truncate_after,
+            delay_s=float(delay_s),
+            times=times,
+            headers=dict(headers or {}),
+        )
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -137,8 +158,9 @@ class HubControl:
                 try:
                     hit = fault.matches(method, path)
                 except TimeoutError:  # a pattern that backtracks without end: it never slows a request again
-                    logging.getLogger("uvicorn.error").warning("Dropped fault rule %s: its pattern took over %s s",
-                                                               fault.id, _MATCH_TIMEOUT_S)
+                    logging.getLogger("uvicorn.error").warning(
+                        "Dropped fault rule %s: its pattern took over %s s", fault.id, _MATCH_TIMEOUT_S
+                    )
                     self._faults.remove(fault)
                     continue
                 if hit:
@@ -191,9 +213,14 @@ class ControlMiddleware:
             return
         headers = dict((k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", []))
         private = self.is_private(path)
-        record: dict[str, Any] = {"method": method, "path": PRIVATE_PATH if private else path,
-                                  "query": "" if private else scope.get("query_string", b"").decode("latin-1"),
-                                  "status": None, "range": headers.get("range"), "fault": None}
+        record: dict[str, Any] = {
+            "method": method,
+            "path": PRIVATE_PATH if private else path,
+            "query": "" if private else scope.get("query_string", b"").decode("latin-1"),
+            "status": None,
+            "range": headers.get("range"),
+            "fault": None,
+        }
         # Logged on arrival and updated before each part of the answer goes out, so a client that got its
         # answer always finds the request, with its status, in the log.
         self.control._record(record)
@@ -216,8 +243,7 @@ class ControlMiddleware:
                 body = message.get("body", b"")
                 if sent + len(body) >= truncate_after and (body or not message.get("more_body")):
                     record["fault"] = "truncate"
-                    await send({"type": "http.response.body", "body": body[: truncate_after - sent],
-                                "more_body": True})
+                    await send({"type": "http.response.body", "body": body[: truncate_after - sent], "more_body": True})
                     raise _Truncated()
                 sent += len(body)
             await send(message)
@@ -234,8 +260,11 @@ class ControlMiddleware:
 
 async def _send_fault(send: Any, fault: Fault) -> None:
     body = f'{{"error": "fault injected by the local hub (rule {fault.id})"}}'.encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"x-error-message", f"fault injected by the local hub (rule {fault.id})".encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-error-message", f"fault injected by the local hub (rule {fault.id})".encode()),
+    ]
     headers += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in fault.headers.items()]
     await send({"type": "http.response.start", "status": int(fault.status), "headers": headers})
     await send({"type": "http.response.body", "body": body})

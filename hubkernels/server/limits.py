@@ -60,8 +60,12 @@ class LimitsMiddleware:
         declared = next((v for k, v in headers if k.lower() == b"content-length"), None)
         if declared is not None and (not declared.strip().isdigit() or int(declared) > limit):
             who = "" if has_credentials else " for a request without a token"
-            await _refuse(send, 413, f"The request body ({declared.decode('latin-1')[:20]} bytes) is over this hub's "
-                                     f"limit of {limit} bytes{who}.")
+            await _refuse(
+                send,
+                413,
+                f"The request body ({declared.decode('latin-1')[:20]} bytes) is over this hub's "
+                f"limit of {limit} bytes{who}.",
+            )
             return
         received = 0
         body_done = False
@@ -76,21 +80,31 @@ class LimitsMiddleware:
                 with anyio.fail_after(max(deadline - anyio.current_time(), 0.0)):
                     message = await receive()
             except TimeoutError:
-                raise HubError(408, f"The request body did not arrive within {allowed_s:.0f} s: send it without "
-                                    "pauses.", headers={"Connection": "close"}) from None
+                raise HubError(
+                    408,
+                    f"The request body did not arrive within {allowed_s:.0f} s: send it without pauses.",
+                    headers={"Connection": "close"},
+                ) from None
             body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise HubError(413, f"The request body is over this hub's limit of {limit} bytes.",
-                                   headers={"Connection": "close"})
+                    raise HubError(
+                        413,
+                        f"The request body is over this hub's limit of {limit} bytes.",
+                        headers={"Connection": "close"},
+                    )
             return message
 
         async def draining_send(message: dict) -> None:
             # An answer sent before a small body was read (a refusal: 401, 404 ...) reads the rest first, so the
             # client is not reset (TCP RST) by a close with its bytes unread; large bodies are not waited for.
-            if message["type"] == "http.response.start" and not body_done and declared is not None \
-                    and int(declared) <= ANONYMOUS_BODY_BYTES:
+            if (
+                message["type"] == "http.response.start"
+                and not body_done
+                and declared is not None
+                and int(declared) <= ANONYMOUS_BODY_BYTES
+            ):
                 try:
                     while not body_done:
                         await bounded_receive()
@@ -103,9 +117,18 @@ class LimitsMiddleware:
 
 async def _refuse(send: Any, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"), (b"x-error-message", header_safe(message).encode("latin-1"))]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+                (b"x-error-message", header_safe(message).encode("latin-1")),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

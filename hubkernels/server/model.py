@@ -25,8 +25,24 @@ DEFAULT_GITATTRIBUTES = (
     "".join(
         f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
         for pattern in (
-            "*.so", "*.dylib", "*.dll", "*.bin", "*.safetensors", "*.pt", "*.pth", "*.ckpt", "*.onnx",
-            "*.h5", "*.msgpack", "*.npy", "*.npz", "*.pkl", "*.zip", "*.tar.gz", "*.tgz", "*.whl",
+            "*.so",
+            "*.dylib",
+            "*.dll",
+            "*.bin",
+            "*.safetensors",
+            "*.pt",
+            "*.pth",
+            "*.ckpt",
+            "*.onnx",
+            "*.h5",
+            "*.msgpack",
+            "*.npy",
+            "*.npz",
+            "*.pkl",
+            "*.zip",
+            "*.tar.gz",
+            "*.tgz",
+            "*.whl",
         )
     )
 ).encode()
@@ -58,21 +74,29 @@ def repo_not_found(repo_type: str, repo_id: str) -> HubError:
 
 
 def revision_not_found(repo_id: str, rev: str) -> HubError:
-    return HubError(404, f"Revision not found: {rev!r} is neither a branch, a tag nor a commit of {repo_id}.",
-                    "RevisionNotFound")
+    return HubError(
+        404, f"Revision not found: {rev!r} is neither a branch, a tag nor a commit of {repo_id}.", "RevisionNotFound"
+    )
 
 
 def entry_not_found(path: str, commit: str, what: str = "file") -> HubError:
-    return HubError(404, f"Entry not found: {what} {path!r} does not exist at commit {commit}.", "EntryNotFound",
-                    headers={"X-Repo-Commit": commit})
+    return HubError(
+        404,
+        f"Entry not found: {what} {path!r} does not exist at commit {commit}.",
+        "EntryNotFound",
+        headers={"X-Repo-Commit": commit},
+    )
 
 
 def check_repo_name(org: str, name: str) -> None:
     """Reject names the Hub rejects (and any that could escape the storage root)."""
     for part in (org, name):
         if not _NAME_RE.match(part) or "--" in part or ".." in part or part.endswith(".git"):
-            raise HubError(400, f"Invalid repo name {org}/{name}: use letters, digits, '-', '_' and '.', "
-                                "at most 96 characters, no '--' or '..', not ending in '.git'.")
+            raise HubError(
+                400,
+                f"Invalid repo name {org}/{name}: use letters, digits, '-', '_' and '.', "
+                "at most 96 characters, no '--' or '..', not ending in '.git'.",
+            )
 
 
 SNAPSHOT_CACHE_ENTRIES = 100_000
@@ -91,19 +115,30 @@ def check_path_in_repo(path: str) -> str:
     path = path.strip("/")
     parts = path.split("/")
     if _CONTROL_RE.search(path):
-        raise HubError(400, f"Invalid path in repo {path[:200]!r}: control characters (newline, NUL ...) are not "
-                            "allowed in file names.")
+        raise HubError(
+            400,
+            f"Invalid path in repo {path[:200]!r}: control characters (newline, NUL ...) are not "
+            "allowed in file names.",
+        )
     if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_LENGTH or len(parts) > MAX_PATH_DEPTH:
-        raise HubError(400, f"Invalid path in repo {path[:80]!r}...: at most {MAX_PATH_LENGTH} bytes and "
-                            f"{MAX_PATH_DEPTH} levels deep.")
+        raise HubError(
+            400,
+            f"Invalid path in repo {path[:80]!r}...: at most {MAX_PATH_LENGTH} bytes and {MAX_PATH_DEPTH} levels deep.",
+        )
     if not path or any(p in ("", ".", "..") for p in parts) or parts[0] == ".git":
         raise HubError(400, f"Invalid path in repo {path!r}: use a relative path without '.', '..' or '.git' parts.")
     return path
 
 
 def check_branch_name(name: str) -> None:
-    if (not _BRANCH_RE.match(name) or ".." in name or "//" in name or name.endswith(("/", ".lock", "."))
-            or name.startswith("refs/") or "@{" in name):
+    if (
+        not _BRANCH_RE.match(name)
+        or ".." in name
+        or "//" in name
+        or name.endswith(("/", ".lock", "."))
+        or name.startswith("refs/")
+        or "@{" in name
+    ):
         raise HubError(400, f"Invalid branch or tag name {name!r}: use letters, digits, '.', '_', '-' and '/'.")
 
 
@@ -257,8 +292,9 @@ class _LRU:
                 self._total -= self._weigh(old)
             self._data[key] = value
             self._total += self._weigh(value)
-            while len(self._data) > self._maxsize or (self._max_weight and self._total > self._max_weight
-                                                      and len(self._data) > 1):
+            while len(self._data) > self._maxsize or (
+                self._max_weight and self._total > self._max_weight and len(self._data) > 1
+            ):
                 _, evicted = self._data.popitem(last=False)
                 self._total -= self._weigh(evicted)
 
@@ -323,12 +359,18 @@ def decode_commit_lines(lines: list[dict]) -> tuple[dict, list[Operation]]:
                 raise HubError(400, f"Unsupported LFS hash algorithm {value.get('algo')!r}: use sha256.")
             size, oid = value.get("size"), value.get("oid")
             if not isinstance(oid, str) or (size is not None and (not isinstance(size, int) or size < 0)):
-                raise HubError(400, f"Malformed lfsFile line for {value.get('path')!r}: oid is a sha256 string and "
-                                    "size an integer >= 0.")
+                raise HubError(
+                    400,
+                    f"Malformed lfsFile line for {value.get('path')!r}: oid is a sha256 string and "
+                    "size an integer >= 0.",
+                )
             ops.append(Operation("lfsFile", check_path_in_repo(value.get("path", "")), lfs_oid=oid, lfs_size=size))
         elif key in ("deletedFile", "deletedFolder"):
             ops.append(Operation(key, check_path_in_repo(value.get("path", ""))))
         else:
-            raise HubError(400, f"Unsupported commit operation {key!r}: this hub accepts header, file, lfsFile, "
-                                "deletedFile and deletedFolder.")
+            raise HubError(
+                400,
+                f"Unsupported commit operation {key!r}: this hub accepts header, file, lfsFile, "
+                "deletedFile and deletedFolder.",
+            )
     return header, ops

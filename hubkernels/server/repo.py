@@ -85,37 +85,42 @@ class Repo:
 
     def _history_pointers(self) -> set[str]:
         out = self.git("cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype) %(objectsize)")
-        small = [oid for oid, kind, size in (line.split() for line in out.decode().splitlines())
-                 if kind == "blob" and int(size) <= MAX_POINTER_SIZE]
+        small = [
+            oid
+            for oid, kind, size in (line.split() for line in out.decode().splitlines())
+            if kind == "blob" and int(size) <= MAX_POINTER_SIZE
+        ]
         return {p.sha256 for p in self.storage._pointers_of(self, small).values()}
 
     # -- git plumbing -------------------------------------------------------------------------------------------
 
-    def git(self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None,
-            check: bool = True) -> bytes:
+    def git(
+        self, *args: str, input: bytes | None = None, env: dict[str, str] | None = None, check: bool = True
+    ) -> bytes:
         """Run ``git --git-dir <repo> args...`` with a clean environment and return its stdout."""
         return self.storage._git(["--git-dir", str(self.path), *args], input=input, env=env, check=check)
 
     # -- reading ------------------------------------------------------------------------------------------------
 
     def refs(self) -> Refs:
-        out = self.git("for-each-ref", "--format=%(refname)%00%(objectname)%00%(*objectname)",
-                       "refs/heads", "refs/tags").decode()
+        out = self.git(
+            "for-each-ref", "--format=%(refname)%00%(objectname)%00%(*objectname)", "refs/heads", "refs/tags"
+        ).decode()
         branches: dict[str, str] = {}
         tags: dict[str, str] = {}
         for line in out.splitlines():
             ref, obj, peeled = line.split("\0")
             if ref.startswith("refs/heads/"):
-                branches[ref[len("refs/heads/"):]] = obj
+                branches[ref[len("refs/heads/") :]] = obj
             elif ref.startswith("refs/tags/"):
-                tags[ref[len("refs/tags/"):]] = peeled or obj
+                tags[ref[len("refs/tags/") :]] = peeled or obj
         return Refs(branches, tags)
 
     def resolve(self, rev: str) -> str:
         """The commit a revision names: a branch, a tag, ``refs/heads|tags/...`` or a (short) commit sha."""
         refs = self.refs()
         for table, prefix in ((refs.branches, "refs/heads/"), (refs.tags, "refs/tags/")):
-            name = rev[len(prefix):] if rev.startswith(prefix) else rev
+            name = rev[len(prefix) :] if rev.startswith(prefix) else rev
             if name in table:
                 return table[name]
         if _HEX_RE.match(rev):
@@ -139,7 +144,8 @@ class Repo:
             mode, kind, oid, size = meta.split()
             raw.append((path, mode, kind, oid, size))
         pointers = self.storage._pointers_of(
-            self, [oid for _, _, kind, oid, size in raw if kind == "blob" and int(size) <= MAX_POINTER_SIZE])
+            self, [oid for _, _, kind, oid, size in raw if kind == "blob" and int(size) <= MAX_POINTER_SIZE]
+        )
         entries: dict[str, Entry] = {}
         for path, mode, kind, oid, size in raw:
             if kind == "tree":
@@ -175,16 +181,22 @@ class Repo:
             metas.append(meta)
         return metas
 
-    def last_commits(self, commit: str, paths: list[str], max_commits: int = LAST_COMMIT_WALK) -> dict[str,
-                                                                                                    CommitMeta]:
+    def last_commits(self, commit: str, paths: list[str], max_commits: int = LAST_COMMIT_WALK) -> dict[str, CommitMeta]:
         """The newest commit touching each path (a folder: any file under it), from one ``git log --name-only``
         walk of at most ``max_commits`` commits; paths not touched within them are left out."""
         wanted = set(paths)
         found: dict[str, CommitMeta] = {}
         if not wanted:
             return found
-        out = self.git("-c", "core.quotePath=false", "log", f"--max-count={max_commits}", "--name-only",
-                       "--format=%x1e%H%x00%an%x00%ct%x00%s", commit)
+        out = self.git(
+            "-c",
+            "core.quotePath=false",
+            "log",
+            f"--max-count={max_commits}",
+            "--name-only",
+            "--format=%x1e%H%x00%an%x00%ct%x00%s",
+            commit,
+        )
         for record in out.decode("utf-8", "surrogateescape").split("\x1e")[1:]:
             head, _, names = record.partition("\n")
             oid, author, ts, title = head.split("\0", 3)
@@ -211,17 +223,31 @@ class Repo:
 
     # -- writing ------------------------------------------------------------------------------------------------
 
-    def commit(self, branch: str, operations: list[Operation], *, summary: str, description: str = "",
-               parent_commit: str | None = None, author: tuple[str, str] = USER_AUTHOR) -> str:
+    def commit(
+        self,
+        branch: str,
+        operations: list[Operation],
+        *,
+        summary: str,
+        description: str = "",
+        parent_commit: str | None = None,
+        author: tuple[str, str] = USER_AUTHOR,
+    ) -> str:
         """Apply ``operations`` on top of ``branch`` as one new commit and move the branch to it."""
         with self.lock:
             head = self.refs().branches.get(branch)
             if head is None:
-                raise HubError(404, f"Revision not found: branch {branch!r} does not exist in {self.repo_id} "
-                                    "(create it first with create_branch).", "RevisionNotFound")
+                raise HubError(
+                    404,
+                    f"Revision not found: branch {branch!r} does not exist in {self.repo_id} "
+                    "(create it first with create_branch).",
+                    "RevisionNotFound",
+                )
             if parent_commit and parent_commit != head:
-                raise HubError(412, f"A commit has happened since {parent_commit}: {branch} is now at {head}. "
-                                    "Refresh and try again.")
+                raise HubError(
+                    412,
+                    f"A commit has happened since {parent_commit}: {branch} is now at {head}. Refresh and try again.",
+                )
             snap = self.snapshot(head)
             tree = {e.path: (e.mode, e.oid) for e in snap.files()}
             blobs = self._write_blobs([self._blob_content(op) for op in operations if op.kind in ("file", "lfsFile")])
@@ -230,14 +256,20 @@ class Repo:
                     tree[op.path] = ("100644", next(blobs))
                 elif op.kind == "deletedFile":
                     if op.path not in tree:
-                        raise HubError(404, f"A file with this name doesn't exist: {op.path!r} is not in "
-                                            f"{self.repo_id}@{branch}.", "EntryNotFound")
+                        raise HubError(
+                            404,
+                            f"A file with this name doesn't exist: {op.path!r} is not in {self.repo_id}@{branch}.",
+                            "EntryNotFound",
+                        )
                     del tree[op.path]
                 else:
                     doomed = [p for p in tree if p.startswith(op.path + "/")]
                     if not doomed:
-                        raise HubError(404, f"A folder with this name doesn't exist: {op.path!r} is not in "
-                                            f"{self.repo_id}@{branch}.", "EntryNotFound")
+                        raise HubError(
+                            404,
+                            f"A folder with this name doesn't exist: {op.path!r} is not in {self.repo_id}@{branch}.",
+                            "EntryNotFound",
+                        )
                     for p in doomed:
                         del tree[p]
             _check_no_file_directory_clash(tree)
@@ -264,8 +296,9 @@ class Repo:
                 raise HubError(403, "The main branch cannot be deleted.")
             head = self.refs().branches.get(branch)
             if head is None:
-                raise HubError(404, f"Revision not found: branch {branch!r} does not exist in {self.repo_id}.",
-                               "RevisionNotFound")
+                raise HubError(
+                    404, f"Revision not found: branch {branch!r} does not exist in {self.repo_id}.", "RevisionNotFound"
+                )
             self.git("update-ref", "-d", f"refs/heads/{branch}", head)
 
     def create_tag(self, tag: str, rev: str, message: str | None) -> str:
@@ -283,8 +316,9 @@ class Repo:
     def delete_tag(self, tag: str) -> None:
         with self.lock:
             if tag not in self.refs().tags:
-                raise HubError(404, f"Revision not found: tag {tag!r} does not exist in {self.repo_id}.",
-                               "RevisionNotFound")
+                raise HubError(
+                    404, f"Revision not found: tag {tag!r} does not exist in {self.repo_id}.", "RevisionNotFound"
+                )
             self.git("update-ref", "-d", f"refs/tags/{tag}")
 
     # -- helpers ------------------------------------------------------------------------------------------------
@@ -306,10 +340,13 @@ class Repo:
         if size is None and self.storage.xet is not None and self.has_object(oid) and self.storage.xet.fill_lfs(oid):
             size = self.storage.lfs_size(oid)  # uploaded through Xet: rebuilt from its xorbs, sha256 checked
         if size is None or (announced is not None and announced != size) or not self.has_object(oid):
-            raise HubError(400, f"LFS object {oid} (size {announced}) for {path!r} was never uploaded "
-                                f"to {self.repo_id}: upload it first (LFS batch API, or Xet with a current hf_xet: "
-                                "`pip install -U hf_xet`, older ones do not send the sha256 this hub needs), then "
-                                "commit.")
+            raise HubError(
+                400,
+                f"LFS object {oid} (size {announced}) for {path!r} was never uploaded "
+                f"to {self.repo_id}: upload it first (LFS batch API, or Xet with a current hf_xet: "
+                "`pip install -U hf_xet`, older ones do not send the sha256 this hub needs), then "
+                "commit.",
+            )
         return LfsPointer.render(oid, size)
 
     def _write_blobs(self, contents: list[bytes]) -> Iterator[str]:
@@ -344,8 +381,12 @@ class Repo:
 
 def _ident_env(author: tuple[str, str]) -> dict[str, str]:
     name, email = author
-    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
-            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+    }
 
 
 def _check_no_file_directory_clash(files: dict[str, tuple[str, str]]) -> None:

@@ -15,14 +15,16 @@ from .storage import HubError
 
 def _admin(request: Request) -> None:
     if not hub(request).test_mode:
-        raise HubError(404, "Not found: the /_hubkernels/ control routes exist only on a hub started with "
-                            "--test-mode.")
+        raise HubError(404, "Not found: the /_hubkernels/ control routes exist only on a hub started with --test-mode.")
     who = identity(request)
     if who is None:
         raise HubError(401, "The control routes need an admin token (hubkernels serve token create --admin).")
     if not who.admin:
-        raise HubError(403, f"{who.user}'s token is not an admin token: the control routes need one "
-                            "(hubkernels serve token create --admin).")
+        raise HubError(
+            403,
+            f"{who.user}'s token is not an admin token: the control routes need one "
+            "(hubkernels serve token create --admin).",
+        )
 
 
 def control_requests(request: Request) -> Response:
@@ -48,8 +50,10 @@ async def control_faults(request: Request) -> Response:
     allowed = {"path_regex", "method", "status", "truncate_after", "delay_s", "times", "headers"}
     unknown = set(body) - allowed
     if unknown or "path_regex" not in body:
-        raise HubError(400, f"A fault is a JSON object with path_regex and some of {sorted(allowed)}; "
-                            f"unknown keys: {sorted(unknown)}.")
+        raise HubError(
+            400,
+            f"A fault is a JSON object with path_regex and some of {sorted(allowed)}; unknown keys: {sorted(unknown)}.",
+        )
     if body.get("headers") is not None and not isinstance(body["headers"], dict):
         raise HubError(400, "A fault's headers must be a JSON object of header names to values.")
     try:

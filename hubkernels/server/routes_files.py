@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from . import xet
 from .common import (
+    MAX_JSON_CONTAINERS,
     URL_PREFIX,
     api_repo,
     base_url,
@@ -28,11 +29,10 @@ from .common import (
     field,
     file_repo,
     hub,
-    MAX_JSON_CONTAINERS,
     json_object,
     namespace,
-    parse_json,
     param,
+    parse_json,
     readable,
     repo_url,
     writable,
@@ -74,8 +74,11 @@ async def preupload(request: Request) -> Response:
         for f in files:
             path = check_path_in_repo(f.get("path", ""))
             size = field(f, "size", int, 0)
-            answer: dict[str, Any] = {"path": f.get("path"), "uploadMode": state.upload_mode(path, size, lfs_globs),
-                                      "shouldIgnore": matches_patterns(path, ignored)}
+            answer: dict[str, Any] = {
+                "path": f.get("path"),
+                "uploadMode": state.upload_mode(path, size, lfs_globs),
+                "shouldIgnore": matches_patterns(path, ignored),
+            }
             current = snap.entries.get(path)
             if current is not None and current.type == "file":
                 answer["oid"] = current.etag
@@ -106,21 +109,30 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
             if not isinstance(oid, str) or not _SHA256_RE.match(oid):
                 objects.append({"oid": oid, "size": size, "error": {"code": 422, "message": "oid must be a sha256"}})
             elif not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                objects.append({"oid": oid, "size": size,
-                                "error": {"code": 422, "message": "size must be an int >= 0"}})
+                objects.append(
+                    {"oid": oid, "size": size, "error": {"code": 422, "message": "size must be an int >= 0"}}
+                )
             elif state.storage.lfs_size(oid) == size and repo.has_object(oid):
                 objects.append({"oid": oid, "size": size})  # already in this repo: nothing to do
             else:  # even when stored for another repo: the client proves it has the bytes by sending them
                 grant = state.grants.sign(repo_type, repo.repo_id, oid, digest)
-                objects.append({"oid": oid, "size": size, "authenticated": True, "actions": {
-                    "upload": {"href": f"{base}/{oid}/{size}?grant={grant}"},
-                    "verify": {"href": f"{base}/{oid}/verify?grant={grant}"},
-                }})
+                objects.append(
+                    {
+                        "oid": oid,
+                        "size": size,
+                        "authenticated": True,
+                        "actions": {
+                            "upload": {"href": f"{base}/{oid}/{size}?grant={grant}"},
+                            "verify": {"href": f"{base}/{oid}/verify?grant={grant}"},
+                        },
+                    }
+                )
         return objects
 
     objects = await run_in_threadpool(work)
-    return JSONResponse({"transfer": "basic", "objects": objects, "hash_algo": "sha256"},
-                        media_type="application/vnd.git-lfs+json")
+    return JSONResponse(
+        {"transfer": "basic", "objects": objects, "hash_algo": "sha256"}, media_type="application/vnd.git-lfs+json"
+    )
 
 
 def _granted(request: Request, repo_type: str) -> Any:
@@ -131,8 +143,11 @@ def _granted(request: Request, repo_type: str) -> Any:
     digest = hub(request).grants.check(request.query_params.get("grant"), repo_type, repo.repo_id, oid)
     who = hub(request).tokens.lookup_digest(digest) if digest else None
     if who is None:
-        raise HubError(403, f"No valid upload grant for {oid} in {repo.repo_id}: ask the LFS batch API for a new "
-                            "upload URL (grants expire after an hour, or when their token is revoked).")
+        raise HubError(
+            403,
+            f"No valid upload grant for {oid} in {repo.repo_id}: ask the LFS batch API for a new "
+            "upload URL (grants expire after an hour, or when their token is revoked).",
+        )
     check_write(who, namespace(repo.repo_id), f"upload to this repository ({repo.repo_id})")
     return repo
 
@@ -160,8 +175,9 @@ async def lfs_verify(request: Request, repo_type: str) -> Response:
     oid = param(request, "oid")
     stored = hub(request).storage.lfs_size(oid)
     if stored is None or body.get("size") not in (None, stored) or not repo.has_object(oid):
-        raise HubError(404, f"LFS object {oid} was not uploaded to {repo.repo_id} (or has another size): upload it "
-                            "again.")
+        raise HubError(
+            404, f"LFS object {oid} was not uploaded to {repo.repo_id} (or has another size): upload it again."
+        )
     return JSONResponse({"oid": oid, "size": stored})
 
 
@@ -177,9 +193,11 @@ def lfs_routes(prefix: str, repo_type: str) -> list[Route]:
     async def verify(request: Request) -> Response:
         return await lfs_verify(request, repo_type)
 
-    return [Route(f"{base}/batch", batch, methods=["POST"]),
-            Route(f"{base}/{{oid}}/verify", verify, methods=["POST"]),
-            Route(f"{base}/{{oid}}/{{size:int}}", upload, methods=["PUT"])]
+    return [
+        Route(f"{base}/batch", batch, methods=["POST"]),
+        Route(f"{base}/{{oid}}/verify", verify, methods=["POST"]),
+        Route(f"{base}/{{oid}}/{{size:int}}", upload, methods=["PUT"]),
+    ]
 
 
 async def commit(request: Request) -> Response:
@@ -192,20 +210,33 @@ async def commit(request: Request) -> Response:
     branch_name = param(request, "rev")
 
     def work() -> tuple[Any, str]:
-        oid = repo.commit(branch_name, operations, summary=header.get("summary") or "",
-                          description=header.get("description") or "", parent_commit=header.get("parentCommit"),
-                          author=(who.user, f"{who.user}@hub.local"))
+        oid = repo.commit(
+            branch_name,
+            operations,
+            summary=header.get("summary") or "",
+            description=header.get("description") or "",
+            parent_commit=header.get("parentCommit"),
+            author=(who.user, f"{who.user}@hub.local"),
+        )
         return repo, oid
 
     repo, oid = await run_in_threadpool(work)
-    return JSONResponse({"success": True, "commitOid": oid,
-                         "commitUrl": f"{repo_url(request, repo.repo_type, repo.repo_id)}/commit/{oid}"})
+    return JSONResponse(
+        {
+            "success": True,
+            "commitOid": oid,
+            "commitUrl": f"{repo_url(request, repo.repo_type, repo.repo_id)}/commit/{oid}",
+        }
+    )
 
 
 def _decode_commit(raw: bytes) -> tuple[dict, list[Any]]:
     if raw.count(b"{") + raw.count(b"[") > MAX_JSON_CONTAINERS:  # before splitting: no line is parsed then
-        raise HubError(413, f"The commit body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays: split "
-                            "it into several commits.")
+        raise HubError(
+            413,
+            f"The commit body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays: split "
+            "it into several commits.",
+        )
     what = "commit body (NDJSON, one JSON object per line)"
     return decode_commit_lines([parse_json(line, what) for line in raw.splitlines() if line.strip()])
 
@@ -253,9 +284,10 @@ def _resolve_file(request: Request, repo_type: str) -> Response:
         file = hub(request).storage.lfs_path(entry.lfs.sha256)
         if not file.is_file():
             raise HubError(500, f"The LFS object {entry.lfs.sha256} of {path!r} is missing from the hub's storage.")
-        return StreamingResponse(_read_range(file, start, length), status_code=status, headers=headers,
-                                 media_type="application/octet-stream")
-    data = repo.read_blob(entry.oid)[start: start + length]
+        return StreamingResponse(
+            _read_range(file, start, length), status_code=status, headers=headers, media_type="application/octet-stream"
+        )
+    data = repo.read_blob(entry.oid)[start : start + length]
     return Response(data, status_code=status, headers=headers, media_type="application/octet-stream")
 
 

@@ -34,13 +34,25 @@ def whoami(request: Request) -> Response:
     who = identity(request)
     if who is None:
         raise HubError(401, INVALID_CREDENTIALS)
-    return JSONResponse({
-        "type": "user", "id": who.user, "name": who.user, "fullname": who.user, "email": None,
-        "emailVerified": False, "canPay": False, "isPro": False, "periodEnd": None, "avatarUrl": "",
-        "orgs": [{"type": "org", "name": o, "fullname": o, "roleInOrg": "write" if who.role == "write" else "read"}
-                 for o in sorted(who.orgs)],
-        "auth": {"type": "access_token", "accessToken": {"displayName": "hubkernels", "role": who.role}},
-    })
+    return JSONResponse(
+        {
+            "type": "user",
+            "id": who.user,
+            "name": who.user,
+            "fullname": who.user,
+            "email": None,
+            "emailVerified": False,
+            "canPay": False,
+            "isPro": False,
+            "periodEnd": None,
+            "avatarUrl": "",
+            "orgs": [
+                {"type": "org", "name": o, "fullname": o, "roleInOrg": "write" if who.role == "write" else "read"}
+                for o in sorted(who.orgs)
+            ],
+            "auth": {"type": "access_token", "accessToken": {"displayName": "hubkernels", "role": who.role}},
+        }
+    )
 
 
 def agent_harnesses(request: Request) -> Response:
@@ -56,12 +68,24 @@ def organization_overview(request: Request) -> Response:
     org = param(request, "org")
     state = hub(request)
     repos = [t for t, repo_id in state.storage.list_repos() if repo_id.split("/")[0] == org]
-    return JSONResponse({
-        "name": org, "fullname": org, "avatarUrl": "", "details": None, "isVerified": False, "isFollowing": False,
-        "numUsers": 1, "numModels": repos.count("model"), "numDatasets": repos.count("dataset"),
-        "numSpaces": repos.count("space"), "numKernels": repos.count("kernel"), "numFollowers": 0,
-        "numPapers": 0, "trustedKernelPublisher": org in state.control.trusted_orgs,
-    })
+    return JSONResponse(
+        {
+            "name": org,
+            "fullname": org,
+            "avatarUrl": "",
+            "details": None,
+            "isVerified": False,
+            "isFollowing": False,
+            "numUsers": 1,
+            "numModels": repos.count("model"),
+            "numDatasets": repos.count("dataset"),
+            "numSpaces": repos.count("space"),
+            "numKernels": repos.count("kernel"),
+            "numFollowers": 0,
+            "numPapers": 0,
+            "trustedKernelPublisher": org in state.control.trusted_orgs,
+        }
+    )
 
 
 # -- repositories -----------------------------------------------------------------------------------------------
@@ -73,8 +97,11 @@ def private_in(body: dict[str, Any]) -> bool | None:
     visibility = body.get("visibility")
     if visibility is not None:
         if visibility not in ("private", "public"):
-            raise HubError(400, f"Invalid visibility {visibility!r}: use 'private' or 'public' (or 'protected' for "
-                           "Spaces, which this hub does not serve).")
+            raise HubError(
+                400,
+                f"Invalid visibility {visibility!r}: use 'private' or 'public' (or 'protected' for "
+                "Spaces, which this hub does not serve).",
+            )
         return visibility == "private"
     private = body.get("private")
     if private is not None and not isinstance(private, bool):
@@ -108,8 +135,9 @@ async def create_repo(request: Request) -> Response:
     except HubError as exc:
         if exc.status != 409:
             raise
-        return JSONResponse({"error": exc.message, "url": url}, status_code=409,
-                            headers={"X-Error-Message": exc.message})
+        return JSONResponse(
+            {"error": exc.message, "url": url}, status_code=409, headers={"X-Error-Message": exc.message}
+        )
     return JSONResponse({"url": url, "name": repo_id, "id": repo_id})
 
 
@@ -140,13 +168,25 @@ def repo_info(request: Request) -> Response:
         if with_blobs:
             sibling.update(size=entry.size, blobId=entry.oid)
             if entry.lfs:
-                sibling["lfs"] = {"size": entry.lfs.size, "sha256": entry.lfs.sha256,
-                                  "pointerSize": entry.lfs.pointer_size}
+                sibling["lfs"] = {
+                    "size": entry.lfs.size,
+                    "sha256": entry.lfs.sha256,
+                    "pointerSize": entry.lfs.pointer_size,
+                }
         siblings.append(sibling)
     org = repo.repo_id.split("/")[0]
     info: dict[str, Any] = {
-        "_id": repo.repo_id, "id": repo.repo_id, "author": org, "sha": commit, "lastModified": hub_date(meta.timestamp),
-        "private": repo.private, "disabled": False, "gated": False, "downloads": 0, "likes": 0, "tags": [],
+        "_id": repo.repo_id,
+        "id": repo.repo_id,
+        "author": org,
+        "sha": commit,
+        "lastModified": hub_date(meta.timestamp),
+        "private": repo.private,
+        "disabled": False,
+        "gated": False,
+        "downloads": 0,
+        "likes": 0,
+        "tags": [],
         "siblings": siblings,
     }
     if repo.repo_type == "model":
@@ -204,8 +244,7 @@ async def paths_info(request: Request) -> Response:
     repo = await run_in_threadpool(lambda: readable(request, api_repo(request)))
     raw = await request.body()
     try:
-        form = await run_in_threadpool(lambda: parse_qs(raw.decode("utf-8", "replace"),
-                                                        max_num_fields=MAX_PATHS_INFO))
+        form = await run_in_threadpool(lambda: parse_qs(raw.decode("utf-8", "replace"), max_num_fields=MAX_PATHS_INFO))
     except ValueError:
         raise HubError(413, f"A paths-info request names at most {MAX_PATHS_INFO} paths: split it.") from None
     paths = form.get("paths", [])
@@ -223,16 +262,24 @@ async def paths_info(request: Request) -> Response:
 def list_commits(request: Request) -> Response:
     repo = readable(request, api_repo(request))
     commit = repo.resolve(param(request, "rev"))
-    return JSONResponse([
-        {"id": c.oid, "title": c.title, "message": c.message, "authors": [{"user": c.author}],
-         "date": hub_date(c.timestamp)}
-        for c in repo.log(commit)
-    ])
+    return JSONResponse(
+        [
+            {
+                "id": c.oid,
+                "title": c.title,
+                "message": c.message,
+                "authors": [{"user": c.author}],
+                "date": hub_date(c.timestamp),
+            }
+            for c in repo.log(commit)
+        ]
+    )
 
 
 async def branch(request: Request) -> Response:
     name = param(request, "branch")
     if request.method == "DELETE":
+
         def delete() -> None:
             repo = api_repo(request)
             writable(request, repo, "delete a branch")

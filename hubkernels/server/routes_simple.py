@@ -173,29 +173,49 @@ def _file_url(request: Request, f: IndexFile) -> str:
 
 def _root_page(request: Request, projects: list[str]) -> Response:
     if _wants_json(request):
-        return JSONResponse({"meta": {"api-version": "1.1"}, "projects": [{"name": p} for p in projects]},
-                            media_type=PEP691_JSON)
+        return JSONResponse(
+            {"meta": {"api-version": "1.1"}, "projects": [{"name": p} for p in projects]}, media_type=PEP691_JSON
+        )
     links = "".join(f'<a href="{html.escape(p)}/">{html.escape(p)}</a>\n' for p in projects)
-    return HTMLResponse(f"<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.1\">"
-                        f"<title>Simple index</title></head><body>\n{links}</body></html>\n")
+    return HTMLResponse(
+        f'<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.1">'
+        f"<title>Simple index</title></head><body>\n{links}</body></html>\n"
+    )
 
 
 def _project_page(request: Request, project: str, files: dict[str, IndexFile]) -> Response:
     listed = sorted(files.values(), key=lambda f: f.filename)
     if _wants_json(request):
         versions = sorted({f.filename.split("-")[1] for f in listed})
-        return JSONResponse({"meta": {"api-version": "1.1"}, "name": project, "versions": versions, "files": [
-            {"filename": f.filename, "url": _file_url(request, f), "hashes": {"sha256": f.sha256},
-             "size": f.entry.size, **({"requires-python": f.requires_python} if f.requires_python else {})}
-            for f in listed]}, media_type=PEP691_JSON)
+        return JSONResponse(
+            {
+                "meta": {"api-version": "1.1"},
+                "name": project,
+                "versions": versions,
+                "files": [
+                    {
+                        "filename": f.filename,
+                        "url": _file_url(request, f),
+                        "hashes": {"sha256": f.sha256},
+                        "size": f.entry.size,
+                        **({"requires-python": f.requires_python} if f.requires_python else {}),
+                    }
+                    for f in listed
+                ],
+            },
+            media_type=PEP691_JSON,
+        )
     links = []
     for f in listed:
         rp = f' data-requires-python="{html.escape(f.requires_python)}"' if f.requires_python else ""
-        links.append(f'<a href="{html.escape(_file_url(request, f))}#sha256={f.sha256}"{rp}>'
-                     f"{html.escape(f.filename)}</a><br>\n")
-    return HTMLResponse(f"<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" content=\"1.1\">"
-                        f"<title>Links for {html.escape(project)}</title></head><body>\n"
-                        f"<h1>Links for {html.escape(project)}</h1>\n{''.join(links)}</body></html>\n")
+        links.append(
+            f'<a href="{html.escape(_file_url(request, f))}#sha256={f.sha256}"{rp}>{html.escape(f.filename)}</a><br>\n'
+        )
+    return HTMLResponse(
+        f'<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" content="1.1">'
+        f"<title>Links for {html.escape(project)}</title></head><body>\n"
+        f"<h1>Links for {html.escape(project)}</h1>\n{''.join(links)}</body></html>\n"
+    )
 
 
 async def simple_root(request: Request) -> Response:
@@ -212,8 +232,11 @@ async def simple_project(request: Request) -> Response:
         return Response(status_code=301, headers={"Location": f"{base}/{project_name(project)}/"})
     projects = await run_in_threadpool(_index, request, label)
     if project not in projects:
-        raise HubError(404, f"No project {project!r} on this index: no kernel repo you may read publishes its wheels "
-                            "(hubkernels upload puts them under wheels/ of v<N>).")
+        raise HubError(
+            404,
+            f"No project {project!r} on this index: no kernel repo you may read publishes its wheels "
+            "(hubkernels upload puts them under wheels/ of v<N>).",
+        )
     return _project_page(request, project, projects[project])
 
 
@@ -228,12 +251,18 @@ async def simple_file(request: Request) -> Response:
             listed = {*_listed_as(entry.path, None), *_listed_as(entry.path, wheel_label(name))}
             if filename in listed and _sha256(repo, entry) == sha256:
                 return IndexFile(filename, repo, commit, entry, sha256, None)
-        raise HubError(404, f"No file {filename!r} with sha256 {sha256[:12]}... on this index (or its repository "
-                            "is private: send its token).")
+        raise HubError(
+            404,
+            f"No file {filename!r} with sha256 {sha256[:12]}... on this index (or its repository "
+            "is private: send its token).",
+        )
 
     found = await run_in_threadpool(find)
-    headers = {"Content-Length": str(found.entry.size), "ETag": f'"{found.entry.etag}"',
-               "Cache-Control": "public, max-age=31536000, immutable"}
+    headers = {
+        "Content-Length": str(found.entry.size),
+        "ETag": f'"{found.entry.etag}"',
+        "Cache-Control": "public, max-age=31536000, immutable",
+    }
     media = "application/json" if filename.endswith(".json") else "application/octet-stream"
 
     def chunks() -> Iterator[bytes]:

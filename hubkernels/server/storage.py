@@ -180,13 +180,17 @@ class Storage:
         with self._locks_guard:
             return self._locks.setdefault(str(path), threading.Lock())
 
-    def _git(self, args: list[str], *, input: bytes | None = None, env: dict[str, str] | None = None,
-             check: bool = True) -> bytes:
-        proc = subprocess.run(["git", *args], input=input, capture_output=True,
-                              env={**self._env, **(env or {})}, check=False)
+    def _git(
+        self, args: list[str], *, input: bytes | None = None, env: dict[str, str] | None = None, check: bool = True
+    ) -> bytes:
+        proc = subprocess.run(
+            ["git", *args], input=input, capture_output=True, env={**self._env, **(env or {})}, check=False
+        )
         if check and proc.returncode != 0:
-            raise RuntimeError(f"git {' '.join(args[2:] if args[0] == '--git-dir' else args)} failed "
-                               f"({proc.returncode}): {proc.stderr.decode(errors='replace').strip()}")
+            raise RuntimeError(
+                f"git {' '.join(args[2:] if args[0] == '--git-dir' else args)} failed "
+                f"({proc.returncode}): {proc.stderr.decode(errors='replace').strip()}"
+            )
         return proc.stdout
 
     def _pointers_of(self, repo: Repo, oids: list[str]) -> dict[str, LfsPointer]:
@@ -198,7 +202,7 @@ class Storage:
             for oid in unknown:
                 header_end = out.index(b"\n", pos)
                 _, _, size = out[pos:header_end].decode().split()
-                data = out[header_end + 1: header_end + 1 + int(size)]
+                data = out[header_end + 1 : header_end + 1 + int(size)]
                 pos = header_end + 1 + int(size) + 1
                 self._pointer_cache[oid] = LfsPointer.parse(data)
         return {o: p for o in oids if (p := self._pointer_cache.get(o)) is not None}
@@ -219,8 +223,11 @@ class LfsWriter:
 
     def write(self, chunk: bytes) -> None:
         if self.expected_size is not None and self._size + len(chunk) > self.expected_size:
-            raise HubError(400, f"More bytes than announced for LFS object {self.sha256} ({self.expected_size}): "
-                                "upload the exact file bytes.")
+            raise HubError(
+                400,
+                f"More bytes than announced for LFS object {self.sha256} ({self.expected_size}): "
+                "upload the exact file bytes.",
+            )
         self._file.write(chunk)
         self._hash.update(chunk)
         self._size += len(chunk)
@@ -230,9 +237,13 @@ class LfsWriter:
         self._file.close()
         try:
             if self._hash.hexdigest() != self.sha256 or (
-                    self.expected_size is not None and self._size != self.expected_size):
-                raise HubError(400, f"Uploaded content does not match LFS oid {self.sha256}: got sha256 "
-                                    f"{self._hash.hexdigest()} and {self._size} bytes. Upload the exact file bytes.")
+                self.expected_size is not None and self._size != self.expected_size
+            ):
+                raise HubError(
+                    400,
+                    f"Uploaded content does not match LFS oid {self.sha256}: got sha256 "
+                    f"{self._hash.hexdigest()} and {self._size} bytes. Upload the exact file bytes.",
+                )
             os.replace(self._tmp, self.target)
             return self._size
         finally:

@@ -48,8 +48,11 @@ def xet_routes(api_repo: Callable[[Request], Repo]) -> list[Route]:
             store = _store(request)
             access, exp = store.issue_token(repo.repo_type, repo.repo_id, scope, credential_digest(request))
             cas = f"{str(request.base_url).rstrip('/')}{CAS_PREFIX}"
-            return JSONResponse({"accessToken": access, "exp": exp, "casUrl": cas}, headers={
-                "X-Xet-Access-Token": access, "X-Xet-Token-Expiration": str(exp), "X-Xet-Cas-Url": cas})
+            return JSONResponse(
+                {"accessToken": access, "exp": exp, "casUrl": cas},
+                headers={"X-Xet-Access-Token": access, "X-Xet-Token-Expiration": str(exp), "X-Xet-Cas-Url": cas},
+            )
+
         return endpoint
 
     api = "/api/{t}/{org}/{name}"
@@ -114,8 +117,9 @@ def _hash_param(request: Request) -> str:
 async def _body(request: Request, what: str) -> bytes:
     """The request body, refused before reading when it announces more than a xorb or shard may hold."""
     if int(request.headers.get("content-length") or 0) > fmt.MAX_XORB_BYTES:
-        raise HubError(413, f"The {what} is larger than {fmt.MAX_XORB_BYTES} bytes, the Xet limit: let hf_xet "
-                                 "split it.")
+        raise HubError(
+            413, f"The {what} is larger than {fmt.MAX_XORB_BYTES} bytes, the Xet limit: let hf_xet split it."
+        )
     return await request.body()
 
 
@@ -165,8 +169,11 @@ def _authorized(request: Request, scope: str) -> Repo:
     digest = claims.get("k")
     who = identity_of(request, digest) if digest else None
     if repo.private and (who is None or not who.member_of(namespace(repo.repo_id))):
-        raise HubError(401, "This Xet token no longer reads its repository (it turned private, or the token it was "
-                            "issued to lost access): request a new one from the xet-read-token route.")
+        raise HubError(
+            401,
+            "This Xet token no longer reads its repository (it turned private, or the token it was "
+            "issued to lost access): request a new one from the xet-read-token route.",
+        )
     if scope == "write":
         if who is None:
             raise HubError(401, "This Xet token was not issued to a write token: use the xet-write-token route.")
@@ -218,8 +225,10 @@ async def reconstruction_v2(request: Request) -> Response:
 
 async def reconstruction_v1(request: Request) -> Response:
     _, plan = await _plan(request)
-    fetch_info = {x: [{"range": f["ranges"][0]["chunks"], "url": f["url"], "url_range": f["ranges"][0]["bytes"]}
-                      for f in fetches] for x, fetches in plan.pop("xorbs").items()}
+    fetch_info = {
+        x: [{"range": f["ranges"][0]["chunks"], "url": f["url"], "url_range": f["ranges"][0]["bytes"]} for f in fetches]
+        for x, fetches in plan.pop("xorbs").items()
+    }
     return JSONResponse({**plan, "fetch_info": fetch_info})
 
 

@@ -9,22 +9,125 @@ In URLs and JSON a hash is written as four little-endian u64 words in hex (each 
 
 from __future__ import annotations
 
-from ..errors import HubkernelsError  # noqa: E402
-
 import struct
 from dataclasses import dataclass
 
 import lz4.frame
 from blake3 import blake3
 
-DATA_KEY = bytes([102, 151, 245, 119, 91, 149, 80, 222, 49, 53, 203, 172, 165, 151, 24, 28, 157, 228, 33, 16, 155,
-                  235, 43, 88, 180, 208, 176, 75, 147, 173, 242, 41])
-INTERNAL_NODE_KEY = bytes([1, 126, 197, 199, 165, 71, 41, 150, 253, 148, 102, 102, 180, 138, 2, 230, 93, 221, 83, 111,
-                           55, 199, 109, 210, 248, 99, 82, 230, 74, 83, 113, 63])
-VERIFICATION_KEY = bytes([127, 24, 87, 214, 206, 86, 237, 102, 18, 127, 249, 19, 231, 165, 195, 243, 164, 205, 38,
-                          213, 181, 219, 73, 230, 65, 36, 152, 127, 40, 251, 148, 195])
-SHARD_HEADER_TAG = b"HFRepoMetaData\x00" + bytes([85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205,
-                                                    209, 74, 169])
+from ..errors import HubkernelsError  # noqa: E402
+
+DATA_KEY = bytes(
+    [
+        102,
+        151,
+        245,
+        119,
+        91,
+        149,
+        80,
+        222,
+        49,
+        53,
+        203,
+        172,
+        165,
+        151,
+        24,
+        28,
+        157,
+        228,
+        33,
+        16,
+        155,
+        235,
+        43,
+        88,
+        180,
+        208,
+        176,
+        75,
+        147,
+        173,
+        242,
+        41,
+    ]
+)
+INTERNAL_NODE_KEY = bytes(
+    [
+        1,
+        126,
+        197,
+        199,
+        165,
+        71,
+        41,
+        150,
+        253,
+        148,
+        102,
+        102,
+        180,
+        138,
+        2,
+        230,
+        93,
+        221,
+        83,
+        111,
+        55,
+        199,
+        109,
+        210,
+        248,
+        99,
+        82,
+        230,
+        74,
+        83,
+        113,
+        63,
+    ]
+)
+VERIFICATION_KEY = bytes(
+    [
+        127,
+        24,
+        87,
+        214,
+        206,
+        86,
+        237,
+        102,
+        18,
+        127,
+        249,
+        19,
+        231,
+        165,
+        195,
+        243,
+        164,
+        205,
+        38,
+        213,
+        181,
+        219,
+        73,
+        230,
+        65,
+        36,
+        152,
+        127,
+        40,
+        251,
+        148,
+        195,
+    ]
+)
+SHARD_HEADER_TAG = b"HFRepoMetaData\x00" + bytes(
+    [85, 105, 103, 69, 106, 123, 129, 87, 131, 165, 189, 217, 92, 205, 209, 74, 169]
+)
 XORB_FOOTER_IDENT = b"XETBLOB"
 MAX_XORB_BYTES = 65 << 20
 """The largest serialized xorb or shard accepted: 64 MiB of chunk data (xet-core's cap) plus chunk headers and the
@@ -42,7 +145,7 @@ class XetFormatError(HubkernelsError, ValueError):
 
 def hash_to_hex(h: bytes) -> str:
     """The string form of a Xet hash: each 8-byte word reversed, then hex."""
-    return "".join(h[i:i + 8][::-1].hex() for i in range(0, 32, 8))
+    return "".join(h[i : i + 8][::-1].hex() for i in range(0, 32, 8))
 
 
 def hex_to_hash(text: str) -> bytes:
@@ -53,7 +156,7 @@ def hex_to_hash(text: str) -> bytes:
         raw = b""
     if len(raw) != 32 or len(text) != 64:
         raise XetFormatError(f"{text!r} is not a Xet hash (64 hex digits).")
-    return b"".join(raw[i:i + 8][::-1] for i in range(0, 32, 8))
+    return b"".join(raw[i : i + 8][::-1] for i in range(0, 32, 8))
 
 
 def chunk_hash(data: bytes) -> bytes:
@@ -142,7 +245,7 @@ def _bg4_regroup(grouped: bytes) -> bytes:
     out = bytearray(n)
     pos = 0
     for lane, size in enumerate(sizes):
-        out[lane::4] = grouped[pos:pos + size]
+        out[lane::4] = grouped[pos : pos + size]
         pos += size
     return bytes(out)
 
@@ -152,7 +255,7 @@ def chunk_data_end(xorb: bytes) -> int:
     if len(xorb) >= 4:
         info_length = struct.unpack_from("<I", xorb, len(xorb) - 4)[0]
         start = len(xorb) - 4 - info_length
-        if 0 <= start and xorb[start:start + 7] == XORB_FOOTER_IDENT:
+        if 0 <= start and xorb[start : start + 7] == XORB_FOOTER_IDENT:
             return start
     return len(xorb)
 
@@ -164,14 +267,14 @@ def iter_chunks(xorb: bytes, start: int = 0, end: int | None = None):
     while pos < end:
         if end - pos < 8:
             raise XetFormatError(f"Truncated chunk header at byte {pos} of the xorb.")
-        version, c0, c1, c2, scheme, u0, u1, u2 = xorb[pos:pos + 8]
+        version, c0, c1, c2, scheme, u0, u1, u2 = xorb[pos : pos + 8]
         if version != 0:
             raise XetFormatError(f"Chunk header version {version} at byte {pos}; only version 0 exists.")
         csize = c0 | c1 << 8 | c2 << 16
         usize = u0 | u1 << 8 | u2 << 16
         if usize > MAX_CHUNK_BYTES or pos + 8 + csize > end:
             raise XetFormatError(f"Chunk at byte {pos} is larger than 128 KiB or runs past the xorb's end.")
-        yield pos, pos + 8 + csize, decompress_chunk(scheme, xorb[pos + 8:pos + 8 + csize], usize)
+        yield pos, pos + 8 + csize, decompress_chunk(scheme, xorb[pos + 8 : pos + 8 + csize], usize)
         pos += 8 + csize
 
 
@@ -184,8 +287,9 @@ def index_xorb(xorb: bytes, expected_hash: bytes) -> list[ChunkRecord]:
         raise XetFormatError("The xorb holds no chunk.")
     actual = xorb_hash([(r.hash, r.size) for r in records])
     if actual != expected_hash:
-        raise XetFormatError(f"The xorb's chunks hash to {hash_to_hex(actual)}, not {hash_to_hex(expected_hash)} "
-                             "(the hash in the URL).")
+        raise XetFormatError(
+            f"The xorb's chunks hash to {hash_to_hex(actual)}, not {hash_to_hex(expected_hash)} (the hash in the URL)."
+        )
     return records
 
 
@@ -275,4 +379,4 @@ def parse_shard(data: bytes) -> tuple[list[FileRecord], list[XorbRecord]]:
 def _record(data: bytes, pos: int) -> bytes:
     if pos + _ENTRY > len(data):
         raise XetFormatError(f"The shard ends inside a record at byte {pos} (a bookend is missing).")
-    return data[pos:pos + _ENTRY]
+    return data[pos : pos + _ENTRY]

@@ -40,8 +40,9 @@ class XetStore:
         """A signed token for one repo and scope, naming the hub token it was issued to (``digest``, None when
         anonymous) so that each use re-checks that token's access."""
         exp = int(time.time()) + TOKEN_TTL_S
-        claims = json.dumps({"t": repo_type, "r": repo_id, "s": scope, "e": exp, "k": digest},
-                            separators=(",", ":")).encode()
+        claims = json.dumps(
+            {"t": repo_type, "r": repo_id, "s": scope, "e": exp, "k": digest}, separators=(",", ":")
+        ).encode()
         body = base64.urlsafe_b64encode(claims).decode().rstrip("=")
         return f"xet_{body}.{self._sign(body)}", exp
 
@@ -50,10 +51,16 @@ class XetStore:
         header = request.headers.get("authorization", "")
         value = header[7:].strip() if header.lower().startswith("bearer ") else ""
         body, _, sig = value.removeprefix("xet_").partition(".")
-        if not value.startswith("xet_") or not value.isascii() \
-                or not hmac.compare_digest(sig.encode(), self._sign(body).encode()):
-            raise HubError(401, "Missing or invalid Xet token: get one from /api/{type}s/{repo}/xet-"
-                                f"{scope}-token/{{revision}} on this hub and send it as a bearer token.")
+        if (
+            not value.startswith("xet_")
+            or not value.isascii()
+            or not hmac.compare_digest(sig.encode(), self._sign(body).encode())
+        ):
+            raise HubError(
+                401,
+                "Missing or invalid Xet token: get one from /api/{type}s/{repo}/xet-"
+                f"{scope}-token/{{revision}} on this hub and send it as a bearer token.",
+            )
         claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
         if claims["e"] < time.time():
             raise HubError(401, "The Xet token has expired: request a new one from the hub's xet-*-token route.")
@@ -105,8 +112,11 @@ class XetStore:
         for file in files:  # chunks of another repository's upload: only with proof of knowing their content
             foreign = {x for x in _xorbs(file) if not owns(x)}
             if foreign and not file.verification:
-                raise HubError(403, f"File {fmt.hash_to_hex(file.hash)} uses xorbs not uploaded to this repository "
-                                    "and its shard has no verification hashes: upload them with a current hf_xet.")
+                raise HubError(
+                    403,
+                    f"File {fmt.hash_to_hex(file.hash)} uses xorbs not uploaded to this repository "
+                    "and its shard has no verification hashes: upload them with a current hf_xet.",
+                )
         for file in files:
             self._check_file(file)
         for file in files:
@@ -133,8 +143,11 @@ class XetStore:
         try:
             writer.finish()
         except HubError:
-            raise HubError(400, f"File {file_hex}: its chunks do not hash to the sha256 {sha256} its shard claims; "
-                                "a shard may only name content it uploads.") from None
+            raise HubError(
+                400,
+                f"File {file_hex}: its chunks do not hash to the sha256 {sha256} its shard claims; "
+                "a shard may only name content it uploads.",
+            ) from None
 
     def _reconstruct(self, terms: list[list[Any]]) -> Iterator[bytes]:
         """The raw bytes of a file's terms, chunk by chunk."""
@@ -150,18 +163,22 @@ class XetStore:
     def _check_file(self, file: fmt.FileRecord) -> None:
         file_hex = fmt.hash_to_hex(file.hash)
         if file.verification and len(file.verification) != len(file.terms):
-            raise HubError(400, f"File {file_hex} has {len(file.terms)} terms but {len(file.verification)} "
-                                "verification entries.")
+            raise HubError(
+                400, f"File {file_hex} has {len(file.terms)} terms but {len(file.verification)} verification entries."
+            )
         leaves: list[tuple[bytes, int]] = []
         for i, term in enumerate(file.terms):
             chunks = self.chunks(fmt.hash_to_hex(term.xorb))
             if term.end > len(chunks):
-                raise HubError(400, f"File {file_hex} uses chunks [{term.start}, {term.end}) of a xorb of "
-                                    f"{len(chunks)} chunks.")
-            run = chunks[term.start:term.end]
+                raise HubError(
+                    400, f"File {file_hex} uses chunks [{term.start}, {term.end}) of a xorb of {len(chunks)} chunks."
+                )
+            run = chunks[term.start : term.end]
             if sum(c.size for c in run) != term.size:
-                raise HubError(400, f"File {file_hex}: term {i} says {term.size} bytes, its chunks hold "
-                                    f"{sum(c.size for c in run)}.")
+                raise HubError(
+                    400,
+                    f"File {file_hex}: term {i} says {term.size} bytes, its chunks hold {sum(c.size for c in run)}.",
+                )
             if file.verification and fmt.verification_hash([c.hash for c in run]) != file.verification[i]:
                 raise HubError(400, f"File {file_hex}: the verification hash of term {i} does not match its chunks.")
             leaves += [(c.hash, c.size) for c in run]
@@ -229,9 +246,13 @@ class XetStore:
                     merged[-1][1] = max(merged[-1][1], e)
                 else:
                     merged.append([s, e])
-            fetch[xorb_hex] = [{"chunks": {"start": s, "end": e},
-                                "bytes": {"start": chunks[s].byte_start, "end": chunks[e - 1].byte_end - 1}}
-                               for s, e in merged]
+            fetch[xorb_hex] = [
+                {
+                    "chunks": {"start": s, "end": e},
+                    "bytes": {"start": chunks[s].byte_start, "end": chunks[e - 1].byte_end - 1},
+                }
+                for s, e in merged
+            ]
         return {"offset_into_first_range": offset, "terms": terms, "xorbs": fetch}
 
 

@@ -63,9 +63,18 @@ class Verdict:
         return [c for c in self.checks if c.check == "build" and c.status == "skip" and not c.data.get("unlisted")]
 
 
-def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | None = 1, tolerance: float = 0.05,
-           dtypes: Iterable[str] = ("fp32", "bf16", "fp16"), iters: int = 30, progress: bool = False,
-           ops: Sequence[str] | None = None, shape: dict[str, int] | None = None) -> Verdict:
+def verify(
+    path: str | Path = ".",
+    *,
+    skip: Iterable[str] = (),
+    threads: int | None = 1,
+    tolerance: float = 0.05,
+    dtypes: Iterable[str] = ("fp32", "bf16", "fp16"),
+    iters: int = 30,
+    progress: bool = False,
+    ops: Sequence[str] | None = None,
+    shape: dict[str, int] | None = None,
+) -> Verdict:
     """Run every check not in `skip` on the kernel at `path` and return the findings.
 
     `threads` fixes torch's CPU threads while ops are timed (1: stable numbers on a shared machine; None: as is).
@@ -115,10 +124,21 @@ def verify(path: str | Path = ".", *, skip: Iterable[str] = (), threads: int | N
         from . import _diagnose
 
         namespaces = [k.name for k in config.kernels_for("cpu")]
-        add(_diagnose.explain(c, cpu.path, namespaces, [c.subject.split()[0], c.data.get("kernel_op", "")])
-            if c.status == "fail" else c
-            for c in _ops.check_speed(kernel, benches, dtypes=tuple(dtypes), threads=threads, tolerance=tolerance,
-                                      iters=iters, ops=ops, shape=shape))
+        add(
+            _diagnose.explain(c, cpu.path, namespaces, [c.subject.split()[0], c.data.get("kernel_op", "")])
+            if c.status == "fail"
+            else c
+            for c in _ops.check_speed(
+                kernel,
+                benches,
+                dtypes=tuple(dtypes),
+                threads=threads,
+                tolerance=tolerance,
+                iters=iters,
+                ops=ops,
+                shape=shape,
+            )
+        )
     return verdict
 
 
@@ -130,16 +150,21 @@ def format_table(verdict: Verdict) -> str:
         lines.append("shippable: every check passed or was skipped for the reason given")
     elif verdict.ok:
         built = sorted({c.subject for c in verdict.checks if c.check == "build" and c.status == "pass"})
-        lines.append(f"shippable on {', '.join(built) or 'no backend'} only, not yet as build.toml lists it: "
-                     + "; ".join(f"{c.subject} unverified ({c.detail})" for c in verdict.unverified)
-                     + "; run `hubkernels verify` where that backend builds, or remove it from build.toml")
+        lines.append(
+            f"shippable on {', '.join(built) or 'no backend'} only, not yet as build.toml lists it: "
+            + "; ".join(f"{c.subject} unverified ({c.detail})" for c in verdict.unverified)
+            + "; run `hubkernels verify` where that backend builds, or remove it from build.toml"
+        )
     else:
-        lines.append(f"not shippable: {len(verdict.failures)} failed: "
-                     + "; ".join(f"{c.check} {c.subject}" for c in verdict.failures))
+        lines.append(
+            f"not shippable: {len(verdict.failures)} failed: "
+            + "; ".join(f"{c.check} {c.subject}" for c in verdict.failures)
+        )
     return "\n".join(lines)
 
 
 # ---- command line -------------------------------------------------------------------------------
+
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
@@ -147,12 +172,29 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from ..bench import parse_size
 
     shape = dict(parse_size(s) for s in args.shape or [])
-    verdict = verify(args.path, skip=skip, threads=args.threads or None, tolerance=args.tolerance,
-                     dtypes=dtypes, iters=args.iters, progress=not args.json, ops=args.ops or None, shape=shape)
+    verdict = verify(
+        args.path,
+        skip=skip,
+        threads=args.threads or None,
+        tolerance=args.tolerance,
+        dtypes=dtypes,
+        iters=args.iters,
+        progress=not args.json,
+        ops=args.ops or None,
+        shape=shape,
+    )
     if args.json:
-        print(json.dumps({"path": verdict.path, "ok": verdict.ok,
-                          "unverified": [c.subject for c in verdict.unverified],
-                          "checks": [asdict(c) for c in verdict.checks]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "path": verdict.path,
+                    "ok": verdict.ok,
+                    "unverified": [c.subject for c in verdict.unverified],
+                    "checks": [asdict(c) for c in verdict.checks],
+                },
+                indent=2,
+            )
+        )
     elif _same_file(sys.stdout, sys.stderr):  # one log: the findings are in it already, as they came
         print(format_table(verdict).splitlines()[-1])
     else:
@@ -172,20 +214,35 @@ def _same_file(a: object, b: object) -> bool:
 
 
 def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("verify", help="say whether the kernel is shippable: build, ABI, tests, compile, "
-                                      "vectorisation, speed against torch.compile",
-                       description=__doc__.split("\n\n")[1] if __doc__ else None)
+    p = sub.add_parser(
+        "verify",
+        help="say whether the kernel is shippable: build, ABI, tests, compile, "
+        "vectorisation, speed against torch.compile",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
     p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml)")
     p.add_argument("--json", action="store_true", help="machine-readable findings on stdout")
     p.add_argument("--skip", help=f"comma-separated checks to leave out: {','.join(CHECKS)}")
     p.add_argument("--dtypes", default="fp32,bf16,fp16", help="dtypes to time (default: fp32,bf16,fp16)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="CPU threads while timing (default 1: stable on a shared machine; 0: torch's default)")
-    p.add_argument("--tolerance", type=float, default=0.05,
-                   help="allowed excess over torch.compile's time, as a fraction (default 0.05: the "
-                        "run-to-run noise of a shared machine)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads while timing (default 1: stable on a shared machine; 0: torch's default)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="allowed excess over torch.compile's time, as a fraction (default 0.05: the "
+        "run-to-run noise of a shared machine)",
+    )
     p.add_argument("--iters", type=int, default=30, help="timed rounds per op and dtype")
     p.add_argument("--ops", nargs="*", metavar="OP", help="trace and time only these declared ops")
-    p.add_argument("--shape", nargs="*", metavar="NAME=N",
-                   help="time at these sizes instead of the declared CPU ones (e.g. tokens=6144)")
+    p.add_argument(
+        "--shape",
+        nargs="*",
+        metavar="NAME=N",
+        help="time at these sizes instead of the declared CPU ones (e.g. tokens=6144)",
+    )
     p.set_defaults(func=_cmd_verify)

@@ -45,8 +45,9 @@ def workloads(benches: Sequence[type[Benchmark]], ops: Sequence[str] | None = No
     if ops:
         unknown = [op for op in ops if op not in owners]
         if unknown:
-            raise UsageError(f"--ops: {', '.join(unknown)} not declared; the benchmarks declare "
-                             f"{', '.join(owners) or 'none'}")
+            raise UsageError(
+                f"--ops: {', '.join(unknown)} not declared; the benchmarks declare {', '.join(owners) or 'none'}"
+            )
         owners = {op: owners[op] for op in ops}
     return owners
 
@@ -56,27 +57,47 @@ def check_shape(benches: Sequence[type[Benchmark]], shape: dict[str, int]) -> No
     declared = sorted({k for cls in benches for k in (*cls.shape, *cls.cpu_shape)})
     unknown = [k for k in shape if k not in declared]
     if unknown:
-        raise UsageError(f"--shape: no benchmark declares {', '.join(unknown)}; the declared sizes are "
-                         f"{', '.join(declared) or 'none'}")
+        raise UsageError(
+            f"--shape: no benchmark declares {', '.join(unknown)}; the declared sizes are "
+            f"{', '.join(declared) or 'none'}"
+        )
 
 
 def undeclared(kernel: ModuleType, benches: Sequence[type[Benchmark]]) -> list[Check]:
     """A failure for every public op of the kernel that no benchmark declares: it would go untimed."""
     owners = workloads(benches)
     covered = set(owners) | {cls.kernel_ops.get(w, w) for w, cls in owners.items()}
-    public = [n for n in getattr(kernel, "__all__", []) if callable(getattr(kernel, n, None))
-              and not isinstance(getattr(kernel, n), type)]
+    public = [
+        n
+        for n in getattr(kernel, "__all__", [])
+        if callable(getattr(kernel, n, None)) and not isinstance(getattr(kernel, n), type)
+    ]
     missing = [n for n in public if n not in covered]
     if not owners:
-        return [Check("declare", "benchmarks/", "fail", "no benchmarks/benchmark*.py declares the ops: verify "
-                                                        "cannot trace or time them (see `hubkernels init`)")]
-    return [Check("declare", op, "fail", "no benchmark declares this op (setup_/benchmark_/verify_ in "
-                                         "benchmarks/benchmark*.py): it is neither traced nor timed")
-            for op in missing]
+        return [
+            Check(
+                "declare",
+                "benchmarks/",
+                "fail",
+                "no benchmarks/benchmark*.py declares the ops: verify "
+                "cannot trace or time them (see `hubkernels init`)",
+            )
+        ]
+    return [
+        Check(
+            "declare",
+            op,
+            "fail",
+            "no benchmark declares this op (setup_/benchmark_/verify_ in "
+            "benchmarks/benchmark*.py): it is neither traced nor timed",
+        )
+        for op in missing
+    ]
 
 
-def check_compile(kernel: ModuleType, benches: Sequence[type[Benchmark]],
-                  ops: Sequence[str] | None = None) -> list[Check]:
+def check_compile(
+    kernel: ModuleType, benches: Sequence[type[Benchmark]], ops: Sequence[str] | None = None
+) -> list[Check]:
     """Each declared op under `torch.compile(fullgraph=True)` on its declared CPU inputs; a graph break fails."""
     import torch
 
@@ -103,9 +124,17 @@ def check_compile(kernel: ModuleType, benches: Sequence[type[Benchmark]],
     return found
 
 
-def check_speed(kernel: ModuleType, benches: Sequence[type[Benchmark]], *, dtypes: Sequence[str] = tuple(_DTYPES),
-                threads: int | None = 1, tolerance: float = 0.05, iters: int = 30, ops: Sequence[str] | None = None,
-                shape: dict[str, int] | None = None) -> list[Check]:
+def check_speed(
+    kernel: ModuleType,
+    benches: Sequence[type[Benchmark]],
+    *,
+    dtypes: Sequence[str] = tuple(_DTYPES),
+    threads: int | None = 1,
+    tolerance: float = 0.05,
+    iters: int = 30,
+    ops: Sequence[str] | None = None,
+    shape: dict[str, int] | None = None,
+) -> list[Check]:
     """Each declared op beside eager and `torch.compile` of its formula, interleaved in one run, per dtype; the
     gate compares the fastest fifth of the calls (FAST_QUANTILE)."""
     import torch
@@ -126,8 +155,15 @@ def check_speed(kernel: ModuleType, benches: Sequence[type[Benchmark]], *, dtype
     return found
 
 
-def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str, iters: int,
-             tolerance: float, shape: dict[str, int]) -> Check:
+def _time_op(
+    kernel: ModuleType,
+    cls: type[Benchmark],
+    op: str,
+    dtype_name: str,
+    iters: int,
+    tolerance: float,
+    shape: dict[str, int],
+) -> Check:
     import torch
 
     subject = f"{op} {dtype_name}"
@@ -152,23 +188,35 @@ def _time_op(kernel: ModuleType, cls: type[Benchmark], op: str, dtype_name: str,
     fast = {name: quantile(s, FAST_QUANTILE) for name, s in samples.items()}
     t_ours, t_eager, t_comp = fast["ours"], fast["eager"], fast["torch.compile"]
     faulted = {k: int(statistics.median(v)) for k, v in faults.items()}
-    data = {"dtype": dtype_name, "shape": dict(bench.shape), "fast_us": {k: round(v, 2) for k, v in fast.items()},
-            "median_us": {k: round(statistics.median(s), 2) for k, s in samples.items()},
-            "vs_compile": round(t_comp / t_ours, 3), "vs_eager": round(t_eager / t_ours, 3),
-            "threads": torch.get_num_threads(), "page_faults_per_call": faulted, "inductor_modules": inductor,
-            "kernel_op": cls.kernel_ops.get(op, op)}
-    detail = (f"ours {t_ours:.1f} us, {t_comp / t_ours:.2f}x torch.compile ({t_comp:.1f} us), "
-              f"{t_eager / t_ours:.2f}x eager ({t_eager:.1f} us); fastest fifth of {iters} calls each")
+    data = {
+        "dtype": dtype_name,
+        "shape": dict(bench.shape),
+        "fast_us": {k: round(v, 2) for k, v in fast.items()},
+        "median_us": {k: round(statistics.median(s), 2) for k, s in samples.items()},
+        "vs_compile": round(t_comp / t_ours, 3),
+        "vs_eager": round(t_eager / t_ours, 3),
+        "threads": torch.get_num_threads(),
+        "page_faults_per_call": faulted,
+        "inductor_modules": inductor,
+        "kernel_op": cls.kernel_ops.get(op, op),
+    }
+    detail = (
+        f"ours {t_ours:.1f} us, {t_comp / t_ours:.2f}x torch.compile ({t_comp:.1f} us), "
+        f"{t_eager / t_ours:.2f}x eager ({t_eager:.1f} us); fastest fifth of {iters} calls each"
+    )
     if t_ours > t_comp * (1 + tolerance):
         if faulted.get("ours", 0) > 2 * faulted.get("torch.compile", 0) + 16:
-            detail += (f"; ours took {faulted['ours']} page faults a call against torch.compile's "
-                       f"{faulted['torch.compile']}: its outputs landed on memory faulted in afresh")
+            detail += (
+                f"; ours took {faulted['ours']} page faults a call against torch.compile's "
+                f"{faulted['torch.compile']}: its outputs landed on memory faulted in afresh"
+            )
         return Check("speed", subject, "fail", f"slower than torch.compile of its formula: {detail}", data)
     return Check("speed", subject, "pass", detail, data)
 
 
-def interleaved_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple], iters: int,
-                        faults: dict[str, list[int]] | None = None) -> dict[str, list[float]]:
+def interleaved_samples(
+    fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple], iters: int, faults: dict[str, list[int]] | None = None
+) -> dict[str, list[float]]:
     """µs per call of each function, timed in turns (ours, eager, compile, ours, ...) so that load from
     elsewhere on the machine hits them alike; each warms up first (the compile happens there). `faults`, if
     given, receives each call's minor page faults (the process's, all threads)."""
@@ -207,8 +255,9 @@ def quantile(samples: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _instance(cls: type[Benchmark], kernel: ModuleType, dtype: Any,
-              shape: dict[str, int] | None = None) -> Benchmark | None:
+def _instance(
+    cls: type[Benchmark], kernel: ModuleType, dtype: Any, shape: dict[str, int] | None = None
+) -> Benchmark | None:
     import torch
 
     sizes = {**cls.shape, **cls.cpu_shape, **(shape or {})}

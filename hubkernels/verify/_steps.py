@@ -24,8 +24,9 @@ def build_all(config: BuildConfig, builds: dict[str, BuildResult], *, skip: bool
     found = []
     for backend in config.general.backends:
         if skip and backend != "cpu":
-            found.append(Check("build", backend, "skip", "--skip build (only the CPU build, which the other "
-                                                        "checks load)"))
+            found.append(
+                Check("build", backend, "skip", "--skip build (only the CPU build, which the other checks load)")
+            )
             continue
         reason = _cannot_build(config, backend)
         if reason:
@@ -37,11 +38,25 @@ def build_all(config: BuildConfig, builds: dict[str, BuildResult], *, skip: bool
             found.append(Check("build", backend, "fail", _first_line(str(e))))
             continue
         builds[backend] = result
-        found.append(Check("build", backend, "pass", f"{result.variant} ({result.id})",
-                           {"path": str(result.path), "variant": str(result.variant)}))
+        found.append(
+            Check(
+                "build",
+                backend,
+                "pass",
+                f"{result.variant} ({result.id})",
+                {"path": str(result.path), "variant": str(result.variant)},
+            )
+        )
     if "cpu" not in config.general.backends:
-        found.append(Check("build", "cpu", "skip", "build.toml lists no cpu backend: compile, vector and speed "
-                                                   "checks need a CPU build", {"unlisted": True}))
+        found.append(
+            Check(
+                "build",
+                "cpu",
+                "skip",
+                "build.toml lists no cpu backend: compile, vector and speed checks need a CPU build",
+                {"unlisted": True},
+            )
+        )
     return found
 
 
@@ -54,13 +69,18 @@ def _cannot_build(config: BuildConfig, backend: str) -> str | None:
 
         if torch.version.cuda is None:
             nvcc = shutil.which("nvcc")
-            return (f"torch {torch.__version__} here has no CUDA; to compile the CUDA variant without a GPU, "
-                    "install a CUDA torch wheel (pip install torch --index-url "
-                    "https://download.pytorch.org/whl/cu128) beside "
-                    + (f"the nvcc at {nvcc}" if nvcc else "the CUDA toolkit (nvcc)") + " and run verify again")
+            return (
+                f"torch {torch.__version__} here has no CUDA; to compile the CUDA variant without a GPU, "
+                "install a CUDA torch wheel (pip install torch --index-url "
+                "https://download.pytorch.org/whl/cu128) beside "
+                + (f"the nvcc at {nvcc}" if nvcc else "the CUDA toolkit (nvcc)")
+                + " and run verify again"
+            )
         if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
-            return ("no CUDA toolkit (nvcc not on PATH, CUDA_HOME unset): install it (no GPU needed to compile) "
-                    "and run verify again")
+            return (
+                "no CUDA toolkit (nvcc not on PATH, CUDA_HOME unset): install it (no GPU needed to compile) "
+                "and run verify again"
+            )
         return None
     return f"no {backend} toolchain check on this machine; build it where {backend} is available"
 
@@ -81,8 +101,9 @@ def check_abi(builds: dict[str, BuildResult]) -> list[Check]:
         for so in modules:
             problems = abi_problems(so)
             if problems:
-                found.append(Check("abi", f"{backend} {so.name}", "fail", "; ".join(problems[:3]),
-                                   {"problems": problems}))
+                found.append(
+                    Check("abi", f"{backend} {so.name}", "fail", "; ".join(problems[:3]), {"problems": problems})
+                )
             else:
                 found.append(Check("abi", f"{backend} {so.name}", "pass", "abi3 (Python 3.9+), manylinux_2_28"))
     return found
@@ -92,19 +113,23 @@ def run_tests(config: BuildConfig, builds: dict[str, BuildResult]) -> list[Check
     """pytest on the kernel's tests/, with LOCAL_KERNELS pointing its repo id at this checkout."""
     tests = config.root / "tests"
     if not tests.is_dir():
-        return [Check("tests", "tests/", "fail", "no tests/ folder: a kernel ships with tests against a "
-                                                  "float64 reference (see `hubkernels init`)")]
+        return [
+            Check(
+                "tests",
+                "tests/",
+                "fail",
+                "no tests/ folder: a kernel ships with tests against a float64 reference (see `hubkernels init`)",
+            )
+        ]
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parents[2])  # the hubkernels running this check, first on the path
     env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
     repo_id = config.general.hub.repo_id if config.general.hub else None
     if repo_id:
-        env["LOCAL_KERNELS"] = os.pathsep.join(filter(None, [f"{repo_id}={config.root}",
-                                                             env.get("LOCAL_KERNELS")]))
+        env["LOCAL_KERNELS"] = os.pathsep.join(filter(None, [f"{repo_id}={config.root}", env.get("LOCAL_KERNELS")]))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
     try:
-        done = subprocess.run(cmd, cwd=config.root, env=env, capture_output=True, text=True,
-                              timeout=TEST_TIMEOUT_S)
+        done = subprocess.run(cmd, cwd=config.root, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return [Check("tests", "tests/", "fail", f"pytest ran past {TEST_TIMEOUT_S} s")]
     summary = _summary(done.stdout)

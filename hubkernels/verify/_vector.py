@@ -29,8 +29,10 @@ from . import Check
 _SYMBOL = re.compile(r"^([0-9a-f]+) <(.+)>:$")
 _INSN = re.compile(r"^\s*([0-9a-f]+):\s+(?:(?:rex\.?\w*|data16|lock|notrack|bnd|rep\w*|cs|ds)\s+)*(\S+)\s*(.*)$")
 # Packed single/double precision arithmetic, conversions and FMAs (not moves, not shuffles): the work of a loop.
-_PACKED = re.compile(r"v?(?:fn?m(?:add|sub)\w*p[sd]|(?:add|sub|mul|div|sqrt|max|min|rsqrt|rcp)p[sd]"
-                     r"|cvt\w*p[sdh]\w*|cvtph2ps|cvtps2ph|cvtneps2bf16)")
+_PACKED = re.compile(
+    r"v?(?:fn?m(?:add|sub)\w*p[sd]|(?:add|sub|mul|div|sqrt|max|min|rsqrt|rcp)p[sd]"
+    r"|cvt\w*p[sdh]\w*|cvtph2ps|cvtps2ph|cvtneps2bf16)"
+)
 _SCALAR = re.compile(r"v?(?:fn?m(?:add|sub)\w*s[sd]|(?:add|sub|mul|div|sqrt|max|min)s[sd])")
 _REG = re.compile(r"%([xyz])mm")
 _WIDTH = {"z": 512, "y": 256, "x": 128}
@@ -47,8 +49,10 @@ _GATHER = re.compile(r"v?p?gather\w+")
 _NARROWING_STORE = re.compile(r"vpmov[a-z]*(?:dw|wb|qd|qw|db|qb)|v?cvtps2ph|vcvtneps2bf16")
 # `void ns::run_avx512<ns::op(args)::{lambda(auto:1)#1}::operator()<ns::BFloat16>(...) const::{lambda...}>(...)`
 # (a runner of a single-type op has no `operator()<T>`: `ns::run_avx2<ns::op(args)::{lambda(auto:1)#1}>(...)`)
-_RUNNER = re.compile(r"(?P<ns>\w+)::run_(?P<isa>avx512bf16|avx512|avx2|baseline)<(?P=ns)::(?P<op>\w+)\("
-                     r"(?:.*?operator\(\)<(?:(?P=ns)::)?(?P<type>\w+)>)?")
+_RUNNER = re.compile(
+    r"(?P<ns>\w+)::run_(?P<isa>avx512bf16|avx512|avx2|baseline)<(?P=ns)::(?P<op>\w+)\("
+    r"(?:.*?operator\(\)<(?:(?P=ns)::)?(?P<type>\w+)>)?"
+)
 
 
 @dataclass
@@ -139,8 +143,14 @@ def check_vectorised(variant_dir: Path, namespaces: Sequence[str]) -> list[Check
             found.append(Check("vector", so.name, "skip", f"no functions of {', '.join(namespaces)} in the module"))
         fp64 = sorted(c.symbol for c in compiled if "<double> [" in c.symbol)
         if fp64:
-            found.append(Check("vector", f"{len(fp64)} fp64 compilations", "skip",
-                               "not judged: fp64 is for gradcheck, and verify times fp32, bf16 and fp16 only"))
+            found.append(
+                Check(
+                    "vector",
+                    f"{len(fp64)} fp64 compilations",
+                    "skip",
+                    "not judged: fp64 is for gradcheck, and verify times fp32, bf16 and fp16 only",
+                )
+            )
         for c in sorted(compiled, key=lambda c: c.symbol):
             if (not c.mix.packed and not c.mix.scalar) or c.symbol in fp64:
                 continue  # no floating-point work (a dispatcher, a CPU-feature check), or fp64
@@ -152,24 +162,43 @@ def judge(c: Compilation) -> Check:
     """Pass, or fail naming what is scalar and the instruction counts that show it."""
     mix, need = c.mix, c.isa_width
     at_width = sum(n for w, n in mix.packed.items() if w >= need)
-    data = {"packed": {str(w): n for w, n in mix.packed.items()}, "scalar": mix.scalar, "isa_width": need,
-            "isa_from": c.isa_from, "runs_here": c.runs_here, "lanewise": mix.counts,
-            "mix": asdict(mix), "loop": asdict(c.loop) if c.loop else None}
-    summary = (f"{at_width} packed fp ops at {need}-bit, {mix.scalar} scalar, {mix.lanewise} lane by lane"
-               + (f" (widest {mix.widest}-bit)" if mix.widest else "")
-               + ("; ISA read from its instructions" if c.isa_from == "instructions" else "")
-               + ("; runs on this CPU" if c.runs_here else ""))
+    data = {
+        "packed": {str(w): n for w, n in mix.packed.items()},
+        "scalar": mix.scalar,
+        "isa_width": need,
+        "isa_from": c.isa_from,
+        "runs_here": c.runs_here,
+        "lanewise": mix.counts,
+        "mix": asdict(mix),
+        "loop": asdict(c.loop) if c.loop else None,
+    }
+    summary = (
+        f"{at_width} packed fp ops at {need}-bit, {mix.scalar} scalar, {mix.lanewise} lane by lane"
+        + (f" (widest {mix.widest}-bit)" if mix.widest else "")
+        + ("; ISA read from its instructions" if c.isa_from == "instructions" else "")
+        + ("; runs on this CPU" if c.runs_here else "")
+    )
     if at_width == 0:
-        return Check("vector", c.symbol, "fail", f"scalar code: {summary}; see the skill's CPU guide "
-                                                 "(-fno-trapping-math, conversions)", data)
+        return Check(
+            "vector",
+            c.symbol,
+            "fail",
+            f"scalar code: {summary}; see the skill's CPU guide (-fno-trapping-math, conversions)",
+            data,
+        )
     loop = c.loop or mix
     loop_at_width = sum(n for w, n in loop.packed.items() if w >= need)
     if loop.lanewise > loop_at_width or loop.compares >= LANEWISE_COMPARES:
-        return Check("vector", c.symbol, "fail",
-                     f"lane by lane: its hottest loop has {loop.top(3)} against {loop_at_width} packed fp ops at "
-                     f"{need}-bit ({mix.top(3)} in all); compares and "
-                     "selects of vectors wider than the ISA's registers are lowered one lane at a time: compare "
-                     "at the ISA's width (the skill's CPU guide, 'Compares at the ISA's width')", data)
+        return Check(
+            "vector",
+            c.symbol,
+            "fail",
+            f"lane by lane: its hottest loop has {loop.top(3)} against {loop_at_width} packed fp ops at "
+            f"{need}-bit ({mix.top(3)} in all); compares and "
+            "selects of vectors wider than the ISA's registers are lowered one lane at a time: compare "
+            "at the ISA's width (the skill's CPU guide, 'Compares at the ISA's width')",
+            data,
+        )
     return Check("vector", c.symbol, "pass", summary, data)
 
 
@@ -195,8 +224,9 @@ def compilations(so: Path, namespaces: Sequence[str], objdump: str = "objdump") 
     return out
 
 
-def clone_counts(so: Path, namespaces: Sequence[str],
-                 objdump: str = "objdump") -> dict[str, tuple[int, dict[int, int], int]]:
+def clone_counts(
+    so: Path, namespaces: Sequence[str], objdump: str = "objdump"
+) -> dict[str, tuple[int, dict[int, int], int]]:
     """{short symbol: (widest register width used, {width: packed fp instructions}, scalar fp instructions)}."""
     return {c.symbol: (c.mix.widest, dict(c.mix.packed), c.mix.scalar) for c in compilations(so, namespaces, objdump)}
 
@@ -219,8 +249,9 @@ def module_mix(so: Path, symbol: str, objdump: str = "objdump") -> Compilation |
 
 def _functions(so: Path, objdump: str) -> list[tuple[str, list[tuple[int, str, str]]]]:
     """[(demangled symbol, [(address, mnemonic, operands)])] in the order of the disassembly."""
-    text = subprocess.run([objdump, "-d", "-C", "--no-show-raw-insn", str(so)], capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(
+        [objdump, "-d", "-C", "--no-show-raw-insn", str(so)], capture_output=True, text=True, check=True
+    ).stdout
     out: list[tuple[str, list[tuple[int, str, str]]]] = []
     for line in text.splitlines():
         m = _SYMBOL.match(line)
@@ -245,8 +276,12 @@ def hottest_loop(lines: Sequence[tuple[int, str, str]]) -> Mix | None:
         if target and start <= int(target.group(1), 16) < addr:
             loops.append((int(target.group(1), 16), addr))
     # innermost loops only: an outer loop (over rows, say) would count its scalar tails as loop work
-    inner = [(lo, hi) for lo, hi in loops if not any(lo <= a < hi for a, _ in loops if (a, _) != (lo, hi))
-             and not any(lo <= b < hi for _, b in loops if b != hi)]
+    inner = [
+        (lo, hi)
+        for lo, hi in loops
+        if not any(lo <= a < hi for a, _ in loops if (a, _) != (lo, hi))
+        and not any(lo <= b < hi for _, b in loops if b != hi)
+    ]
     best: Mix | None = None
     for lo, addr in inner:
         body = Mix()
@@ -324,8 +359,7 @@ def _mark_runs_here(compiled: list[Compilation], width: int, bf16: bool) -> None
     for c in compiled:
         groups.setdefault(c.group, []).append(c)
     for clones in groups.values():
-        runnable = [c for c in clones if c.isa_width <= width
-                    and (bf16 or not c.symbol.endswith("[avx512bf16]"))]
+        runnable = [c for c in clones if c.isa_width <= width and (bf16 or not c.symbol.endswith("[avx512bf16]"))]
         if runnable:
             max(runnable, key=lambda c: (c.isa_width, c.symbol.endswith("[avx512bf16]"))).runs_here = True
 
@@ -348,5 +382,5 @@ def _short(demangled: str, namespaces: Sequence[str]) -> str | None:
     name = demangled.split(" [clone", 1)[0].replace(anon, "@anon@")
     name = re.sub(r"\(.*\)", "", name).strip()
     starts = [name.find(f"{ns}::") for ns in namespaces if f"{ns}::" in name]
-    name = name[min(starts):].replace("@anon@", anon)  # no return type
+    name = name[min(starts) :].replace("@anon@", anon)  # no return type
     return f"{name} [{clone.group(1).lstrip('.')}]" if clone else name

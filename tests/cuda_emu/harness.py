@@ -21,17 +21,22 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 MIN_GCC = 12  # C++20 (template <auto>, inline variables) with the CUDA 13 host headers
 # -O0: the build is most of a cold run (the row-norm sources instantiate ~80 kernels each).
 CXXFLAGS = [
-    "-std=c++20", "-O0", "-g1", "-fno-omit-frame-pointer",
-    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+    "-std=c++20",
+    "-O0",
+    "-g1",
+    "-fno-omit-frame-pointer",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
 ]
 RUNTIME = (HERE / "emu.cpp", HERE / "cases.cpp")  # compiled with the kernel sources, and
 RUNTIME_FLAGS = ["-O1"]  # optimised: drawing the random inputs at -O0 would take most of the run
@@ -64,8 +69,7 @@ def find_toolchain() -> Toolchain | str:
     if shutil.which(cxx) is None:
         return f"no C++ compiler `{cxx}` on PATH (the CUDA emulation needs g++ >= {MIN_GCC})"
     try:
-        out = subprocess.run([cxx, "-dumpfullversion", "-dumpversion"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run([cxx, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True, timeout=30)
         version = out.stdout.strip()
         ident = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as e:
@@ -76,8 +80,7 @@ def find_toolchain() -> Toolchain | str:
         return f"the emulation switches fibers in x86-64 assembly (emu.cpp), this is {platform.machine()}"
     include = _cuda_include()
     if include is None:
-        return ("no CUDA headers (cuda_runtime.h, cuda_fp16.h, cuda_bf16.h): install the CUDA toolkit "
-                "or set CUDA_HOME")
+        return "no CUDA headers (cuda_runtime.h, cuda_fp16.h, cuda_bf16.h): install the CUDA toolkit or set CUDA_HOME"
     probe = _sanitizer_probe(cxx)
     if probe:
         return probe
@@ -99,20 +102,23 @@ def _cuda_include() -> Path | None:
 def _sanitizer_probe(cxx: str) -> str | None:
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "probe.cpp"
-        src.write_text("#include <cstdio>\nint main() { std::puts(\"ok\"); }\n")
-        r = subprocess.run([cxx, *CXXFLAGS, str(src), "-o", str(Path(d) / "probe")],
-                           capture_output=True, text=True)
+        src.write_text('#include <cstdio>\nint main() { std::puts("ok"); }\n')
+        r = subprocess.run([cxx, *CXXFLAGS, str(src), "-o", str(Path(d) / "probe")], capture_output=True, text=True)
         if r.returncode != 0:
-            return (f"`{cxx}` cannot build with {' '.join(CXXFLAGS)} (libasan/libubsan missing?): "
-                    + r.stderr.strip()[-300:])
+            return (
+                f"`{cxx}` cannot build with {' '.join(CXXFLAGS)} (libasan/libubsan missing?): "
+                + r.stderr.strip()[-300:]
+            )
     return None
 
 
 # ---- sources --------------------------------------------------------------------------------
 
 _LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\s*\((.*?)\)\s*;", re.S)
-_ASM = re.compile(r'\basm\s*(?:volatile\s*)?\(\s*"([^"]*)"\s*:\s*"=\w+"\s*\(([^()]+)\)\s*:\s*'
-                  r'"\w+"\s*\(([^()]+)\)\s*\)\s*;')
+_ASM = re.compile(
+    r'\basm\s*(?:volatile\s*)?\(\s*"([^"]*)"\s*:\s*"=\w+"\s*\(([^()]+)\)\s*:\s*'
+    r'"\w+"\s*\(([^()]+)\)\s*\)\s*;'
+)
 
 
 # `#if defined(__CUDA_ARCH__)` ... `#else`: device-only code (vector inline PTX) with a host twin in
@@ -126,10 +132,14 @@ def cuda_sources(repo: Path) -> list[Path]:
     if not toml.is_file():
         raise HarnessError(f"{toml} not found: pass the root of a kernel checkout")
     config = tomllib.loads(toml.read_text())
-    files = [repo / src for kernel in config.get("kernel", {}).values()
-             if kernel.get("backend") == "cuda" for src in kernel.get("src", [])]
+    files = [
+        repo / src
+        for kernel in config.get("kernel", {}).values()
+        if kernel.get("backend") == "cuda"
+        for src in kernel.get("src", [])
+    ]
     if not files:
-        raise HarnessError(f"{toml} names no [kernel.*] with backend = \"cuda\"")
+        raise HarnessError(f'{toml} names no [kernel.*] with backend = "cuda"')
     return files
 
 
@@ -138,22 +148,25 @@ def rewrite(text: str, name: str) -> str:
     text = _LAUNCH.sub(lambda m: f"emu::launch<&{m[1]}>(emu::Config({m[2]}), {m[3]});", text)
     if "<<<" in text:
         line = text[: text.index("<<<")].count("\n") + 1
-        raise HarnessError(f"{name}:{line}: a kernel launch the emulation cannot rewrite "
-                           "(tests/cuda_emu/harness.py, _LAUNCH)")
+        raise HarnessError(
+            f"{name}:{line}: a kernel launch the emulation cannot rewrite (tests/cuda_emu/harness.py, _LAUNCH)"
+        )
     text = _move_launch_bounds(text, name)
 
     def asm(m: re.Match[str]) -> str:
         op = m[1].split()[0]
         if op not in PTX:
-            raise HarnessError(f"{name}: inline PTX `{op}` has no CPU equivalent; add one to PTX in "
-                               "tests/cuda_emu/harness.py")
+            raise HarnessError(
+                f"{name}: inline PTX `{op}` has no CPU equivalent; add one to PTX in tests/cuda_emu/harness.py"
+            )
         return PTX[op].format(out=m[2].strip(), **{"in": m[3].strip()})
 
     text = _DEVICE_ONLY.sub("#if 0\n#else\n", text)  # device-only code: the #else branch runs here
     text = _ASM.sub(asm, text)
     if re.search(r"\basm\b\s*(volatile\s*)?\(", text):
-        raise HarnessError(f"{name}: an inline asm statement the emulation cannot parse (one output, "
-                           "one input is all it knows)")
+        raise HarnessError(
+            f"{name}: an inline asm statement the emulation cannot parse (one output, one input is all it knows)"
+        )
     return text
 
 
@@ -227,9 +240,12 @@ def build(repo: Path, cache: Path, toolchain: Toolchain, *, jobs: int | None = N
         headers = sorted(p for p in tmp.iterdir() if p.suffix in {".h", ".cuh"}) + [HERE / "emu.h"]
         for h in headers:
             common.update(h.name.encode() + b"\0" + h.read_bytes() + b"\0")
-        unit_keys = {u.name: hashlib.sha256(common.digest() + " ".join(_unit_flags(u)).encode()
-                                            + u.read_bytes()).hexdigest()[:16]
-                     for u in [*units, *RUNTIME]}
+        unit_keys = {
+            u.name: hashlib.sha256(common.digest() + " ".join(_unit_flags(u)).encode() + u.read_bytes()).hexdigest()[
+                :16
+            ]
+            for u in [*units, *RUNTIME]
+        }
         key = hashlib.sha256("".join(sorted(unit_keys.values())).encode()).hexdigest()[:16]
         # The rewritten sources stay in place: compiler errors and sanitizer reports point at them.
         src_dir = cache / "src" / key
@@ -258,8 +274,7 @@ def build(repo: Path, cache: Path, toolchain: Toolchain, *, jobs: int | None = N
     def compile_one(job: tuple[Path, Path]) -> None:
         unit, obj = job
         tmp_obj = obj.with_name(f"{obj.name}.{os.getpid()}.tmp")
-        _compile([toolchain.cxx, *flags, *_unit_flags(unit), "-c", str(unit), "-o", str(tmp_obj)],
-                 unit.name)
+        _compile([toolchain.cxx, *flags, *_unit_flags(unit), "-c", str(unit), "-o", str(tmp_obj)], unit.name)
         os.replace(tmp_obj, obj)
 
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as ex:
@@ -281,7 +296,8 @@ def _compile(cmd: list[str], what: str) -> None:
     if r.returncode != 0:
         raise HarnessError(
             f"the emulation build failed in {what}. If a kernel uses a CUDA feature the emulation "
-            f"lacks, add it to tests/cuda_emu/emu.h.\n$ {' '.join(cmd)}\n{r.stderr[-6000:]}")
+            f"lacks, add it to tests/cuda_emu/emu.h.\n$ {' '.join(cmd)}\n{r.stderr[-6000:]}"
+        )
 
 
 def _prune(cache: Path, keep: set[Path]) -> None:
@@ -328,7 +344,8 @@ def run(binary: Path, suites: list[str] | None = None, *, timeout: float = DEFAU
         raise HarnessError(
             f"the emulation ran past {timeout:.0f} s: a __syncthreads or shuffle that some threads "
             f"of a block never reach (a deadlock on the GPU too), or far more work than the cases "
-            f"should take.\n{(e.stdout or b'')[-3000:]!r}") from e
+            f"should take.\n{(e.stdout or b'')[-3000:]!r}"
+        ) from e
     stderr = []
     last_case = ""
     for line in r.stderr.splitlines():
@@ -336,8 +353,9 @@ def run(binary: Path, suites: list[str] | None = None, *, timeout: float = DEFAU
             last_case = line[5:]
         else:
             stderr.append(line)
-    result = RunResult(r.returncode, r.stdout + "\n".join(stderr), last_case=last_case,
-                       seconds=time.perf_counter() - t0)
+    result = RunResult(
+        r.returncode, r.stdout + "\n".join(stderr), last_case=last_case, seconds=time.perf_counter() - t0
+    )
     for line in r.stdout.splitlines():
         if line.startswith("FAIL "):
             result.failures.append(line)
@@ -360,8 +378,9 @@ def run(binary: Path, suites: list[str] | None = None, *, timeout: float = DEFAU
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", type=Path, default=HERE.parent.parent)
-    parser.add_argument("--cache", type=Path, default=None,
-                        help="where objects and the binary are kept (default: REPO/_build/cuda_emu)")
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="where objects and the binary are kept (default: REPO/_build/cuda_emu)"
+    )
     parser.add_argument("suites", nargs="*", help="rms mod addmod gated gelu rope qk qkgrid empty (default: all)")
     args = parser.parse_args(argv)
     repo = args.repo.resolve()
@@ -374,8 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"built {binary} in {time.perf_counter() - t0:.1f} s")
     res = run(binary, args.suites)
     worst = ", ".join(f"{dt} {r:.2f}" for dt, r in sorted(res.worst.items()))
-    print(f"{res.passed} passed, {res.failed} failed, {res.launches} launches, "
-          f"largest error / tolerance: {worst} ({res.seconds:.1f} s)")
+    print(
+        f"{res.passed} passed, {res.failed} failed, {res.launches} launches, "
+        f"largest error / tolerance: {worst} ({res.seconds:.1f} s)"
+    )
     for f in res.failures:
         print("  " + f)
     if res.returncode != 0 and not res.failures:

@@ -14,8 +14,14 @@ from pathlib import Path
 from typing import Any
 
 
-def http(url: str, method: str = "GET", headers: dict | None = None, body: bytes | None = None,
-         token: str | None = None, timeout: float = 20) -> tuple[int, Any, bytes]:
+def http(
+    url: str,
+    method: str = "GET",
+    headers: dict | None = None,
+    body: bytes | None = None,
+    token: str | None = None,
+    timeout: float = 20,
+) -> tuple[int, Any, bytes]:
     """(status, headers, body) of one request, errors included; ``token`` adds ``Authorization: Bearer``."""
     headers = dict(headers or {})
     if token is not None:
@@ -37,8 +43,7 @@ def ndjson(*lines: dict) -> bytes:
     return "\n".join(json.dumps(line) for line in lines).encode()
 
 
-def raw_exchange(port: int, head: bytes, body_chunks: int = 0, chunk: bytes = b"", wait_s: float = 10.0) \
-        -> bytes:
+def raw_exchange(port: int, head: bytes, body_chunks: int = 0, chunk: bytes = b"", wait_s: float = 10.0) -> bytes:
     """Send ``head`` then up to ``body_chunks`` copies of ``chunk`` on a fresh connection (stopping when the
     server closes), and return what the server answered (b"" when it closed without an answer)."""
     with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
@@ -75,10 +80,33 @@ def proc_figures(pid: int) -> dict[str, int]:
 def serve_process(root: Path, *options: str, cwd: Path) -> tuple[subprocess.Popen, str]:
     """`hubkernels serve --test-mode` over `root` in its own process, after creating a write token of `local-user`
     in `org`; returns the process and its URL once it printed it. `options` are serve's own flags."""
-    subprocess.run([sys.executable, "-m", "hubkernels.server", "token", "create", "--user", "local-user", "--org",
-                    "org", "--write", "--root", str(root)], check=True, capture_output=True, cwd=cwd, timeout=60)
-    proc = subprocess.Popen([sys.executable, "-m", "hubkernels.server", "--root", str(root), *options,
-                             "--test-mode"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hubkernels.server",
+            "token",
+            "create",
+            "--user",
+            "local-user",
+            "--org",
+            "org",
+            "--write",
+            "--root",
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=cwd,
+        timeout=60,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hubkernels.server", "--root", str(root), *options, "--test-mode"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
     ready, _, _ = select.select([proc.stdout], [], [], 60)
     assert ready, "the hub printed nothing within 60 s"
     return proc, proc.stdout.readline().split()[3]

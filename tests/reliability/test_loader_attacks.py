@@ -16,13 +16,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import make_kernel, new_repo, without_artifacts
 
 import hubkernels
 from hubkernels.errors import KernelLoadError, MetadataError, UsageError
 from hubkernels.fetch import DownloadError, get_kernel, install
 from hubkernels.fetch._local import RepoState
 from hubkernels.metadata import Metadata
-from helpers import make_kernel, new_repo, without_artifacts
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,15 +32,31 @@ def _variant(root: Path, kid: str, body: str) -> Path:
     d = root / "build" / "torch-cpu"
     d.mkdir(parents=True)
     (d / "__init__.py").write_text(body)
-    (d / "metadata.json").write_text(json.dumps({"name": "pure", "id": kid, "version": 1, "license": "MIT",
-                                                 "python-depends": [], "kernel-depends": [],
-                                                 "backend": {"type": "cpu"}}))
+    (d / "metadata.json").write_text(
+        json.dumps(
+            {
+                "name": "pure",
+                "id": kid,
+                "version": 1,
+                "license": "MIT",
+                "python-depends": [],
+                "kernel-depends": [],
+                "backend": {"type": "cpu"},
+            }
+        )
+    )
     return d
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
 
 
 # -- hole 2: metadata.json's id becomes a module name --------------------------------------------------------
@@ -63,8 +79,9 @@ def test_an_id_kernel_builder_accepts_loads(tmp_path, unique, record) -> None:
     assert hubkernels.get_local_kernel(tmp_path).VALUE == 7
 
 
-@pytest.mark.parametrize("kid", ["json", "_pure_cpu_", "_pure_cuda_1a2b3c4", "_pure_cpu_a.b", "_pure_cpu_a-b",
-                                 "_other_cpu_1a2b3c4"])
+@pytest.mark.parametrize(
+    "kid", ["json", "_pure_cpu_", "_pure_cuda_1a2b3c4", "_pure_cpu_a.b", "_pure_cpu_a-b", "_other_cpu_1a2b3c4"]
+)
 def test_an_id_outside_the_builds_own_namespace_is_refused(tmp_path, kid, record) -> None:
     _variant(tmp_path, kid, "VALUE = 7\n")
     record(1)
@@ -97,8 +114,9 @@ def test_a_failed_load_named_torch_leaves_torch_imported(tmp_path, record) -> No
     record(3)
 
 
-def test_two_copies_of_one_build_under_different_ids_are_a_typed_error_not_an_abort(ltx_build, tmp_path,
-                                                                                   record) -> None:
+def test_two_copies_of_one_build_under_different_ids_are_a_typed_error_not_an_abort(
+    ltx_build, tmp_path, record
+) -> None:
     src = ltx_build.path
     meta = Metadata.read(src)
     other = f"_ltx_kernels_cpu_{'0' * 7}"
@@ -167,8 +185,9 @@ def test_32_appended_bytes_naming_pyinit_do_not_pass_the_module_id_check(ltx_bui
     assert out.stdout.split() == ["KernelLoadError", "True"], out.stdout
 
 
-def test_a_second_build_of_one_op_namespace_under_another_id_is_refused_before_dlopen(ltx_build, tmp_path,
-                                                                                       record) -> None:
+def test_a_second_build_of_one_op_namespace_under_another_id_is_refused_before_dlopen(
+    ltx_build, tmp_path, record
+) -> None:
     src = ltx_build.path
     meta = Metadata.read(src)
     other = _same_length_id(meta.id)
@@ -224,10 +243,16 @@ def test_a_poisoned_pyc_beside_a_verified_source_does_not_run(hub, tmp_path, rec
     pyc = Path(importlib.util.cache_from_source(str(init)))
     pyc.parent.mkdir(exist_ok=True)
     # a valid timestamp pyc for the verified source's own mtime and size: Python would trust it
-    pyc.write_bytes(importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little") + int(st.st_mtime).to_bytes(4, "little")
-                    + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(evil))
-    out = _python(f"import hubkernels.fetch as f; print(f.get_kernel({repo_id!r}, version=1).VALUE)",
-                  HF_HUB_CACHE=str(cache))
+    pyc.write_bytes(
+        importlib.util.MAGIC_NUMBER
+        + (0).to_bytes(4, "little")
+        + int(st.st_mtime).to_bytes(4, "little")
+        + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+        + marshal.dumps(evil)
+    )
+    out = _python(
+        f"import hubkernels.fetch as f; print(f.get_kernel({repo_id!r}, version=1).VALUE)", HF_HUB_CACHE=str(cache)
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "1"  # b50b33f: 666
     assert pyc.read_bytes()[16:] == marshal.dumps(evil)  # and nothing rewrote it: no bytecode is read or written
@@ -271,7 +296,7 @@ def test_upstream_hf_hub_download_writes_where_the_etag_says(tmp_path, record) -
         out = _python(f"""
             from huggingface_hub import hf_hub_download
             try:
-                hf_hub_download("a/b", "f.txt", cache_dir={str(tmp_path / 'cache')!r},
+                hf_hub_download("a/b", "f.txt", cache_dir={str(tmp_path / "cache")!r},
                                 endpoint="http://127.0.0.1:{server.server_address[1]}")
             except Exception as e:
                 print(type(e).__name__, e)
@@ -292,11 +317,19 @@ def test_our_download_refuses_an_etag_that_is_not_the_files_hash(hub, tmp_path, 
     commit = hubkernels.fetch.kernel_versions(repo_id)[1]
     outside = tmp_path / "outside"
     outside.mkdir()
-    cases = {"absolute": str(outside / "planted"), "relative": "../../../../../../../../" + str(outside / "rel")[1:],
-             "another file's hash": "b" * 40}
+    cases = {
+        "absolute": str(outside / "planted"),
+        "relative": "../../../../../../../../" + str(outside / "rel")[1:],
+        "another file's hash": "b" * 40,
+    }
     for label, etag in cases.items():
-        hub.control.add_fault(r"/resolve/.*/build/torch-cpu/__init__\.py$", method="HEAD", status=200,
-                              headers={"ETag": f'"{etag}"', "X-Repo-Commit": commit}, times=None)
+        hub.control.add_fault(
+            r"/resolve/.*/build/torch-cpu/__init__\.py$",
+            method="HEAD",
+            status=200,
+            headers={"ETag": f'"{etag}"', "X-Repo-Commit": commit},
+            times=None,
+        )
         try:
             with pytest.raises(DownloadError, match="not the file's hash"):
                 get_kernel(repo_id, version=1, cache_dir=tmp_path / label)

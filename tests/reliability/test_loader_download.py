@@ -13,11 +13,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import make_kernel, new_repo, without_artifacts
 
 from hubkernels.errors import HubkernelsError
 from hubkernels.fetch import DownloadError, get_kernel, install, kernel_versions
 from hubkernels.fetch._local import RepoState
-from helpers import make_kernel, new_repo, without_artifacts
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,15 +28,24 @@ def kernel(hub, tmp_path_factory) -> tuple[str, str]:
     """(repo id, v1 commit) of a freshly published tiny-act whose files all travel over plain HTTP GETs (under the
     hub's 1 KiB large-file threshold), so faults on `/resolve/` reach them; Xet transfers have their own tests."""
     repo_id = new_repo()
-    upload(make_kernel(tmp_path_factory.mktemp("k") / "k", value=3,
-                       extra_files={"table.py": "TABLE = " + repr(list(range(200))) + "\n"}), repo_id=repo_id)
+    upload(
+        make_kernel(
+            tmp_path_factory.mktemp("k") / "k",
+            value=3,
+            extra_files={"table.py": "TABLE = " + repr(list(range(200))) + "\n"},
+        ),
+        repo_id=repo_id,
+    )
     without_artifacts(repo_id)  # the file-by-file path (a kernel-builder repo); one artifact has its own tests
     return repo_id, kernel_versions(repo_id)[1]
 
 
 def _gets(hub) -> Counter:
-    return Counter(r["path"].rsplit("/", 1)[1] for r in hub.requests()
-                   if r["method"] == "GET" and "/resolve/" in r["path"] and r["status"] in (200, 206))
+    return Counter(
+        r["path"].rsplit("/", 1)[1]
+        for r in hub.requests()
+        if r["method"] == "GET" and "/resolve/" in r["path"] and r["status"] in (200, 206)
+    )
 
 
 def test_eight_processes_cold_load_one_cache_at_once(hub, kernel, tmp_path, record) -> None:
@@ -52,8 +61,12 @@ def test_eight_processes_cold_load_one_cache_at_once(hub, kernel, tmp_path, reco
         """)
     env = {**os.environ, "HF_HUB_CACHE": str(cache)}
     hub.reset_requests()
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(8)
+    ]
     results = [p.communicate(timeout=300) for p in procs]
     vdir = RepoState(repo_id, cache).variant_dir(commit, "torch-cpu")
     ok = [out.split() == [str(vdir), "True"] for out, _ in results]
@@ -75,8 +88,9 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("kind", list(FAULTS))
-def test_a_download_that_keeps_failing_is_a_typed_error_and_nothing_partial_is_used(hub, kernel, tmp_path, kind,
-                                                                                   record) -> None:
+def test_a_download_that_keeps_failing_is_a_typed_error_and_nothing_partial_is_used(
+    hub, kernel, tmp_path, kind, record
+) -> None:
     repo_id, commit = kernel
     cache = tmp_path / "cache"
     hub.control.add_fault(r"/resolve/.*/table\.py$", method="GET", times=None, **FAULTS[kind])
@@ -97,9 +111,13 @@ def test_a_process_killed_mid_download_leaves_a_cache_the_next_load_completes(hu
     repo_id, commit = kernel
     cache = tmp_path / "cache"
     hub.control.add_fault(r"/resolve/.*/table\.py$", method="GET", delay_s=30.0, times=1)
-    proc = subprocess.Popen([sys.executable, "-c", f"from hubkernels.fetch import install; install({repo_id!r}, "
-                             "version=1)"], cwd=ROOT, env={**os.environ, "HF_HUB_CACHE": str(cache)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"from hubkernels.fetch import install; install({repo_id!r}, version=1)"],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_CACHE": str(cache)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while not any(r["fault"] == "delay" for r in hub.requests()) and time.monotonic() < deadline:

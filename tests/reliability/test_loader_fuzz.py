@@ -21,25 +21,72 @@ SEED = 20261201
 CASES = 600
 
 BASE_METADATA: dict[str, Any] = {
-    "name": "fuzz-me", "id": "_fuzz_me_cpu_1a2b3c4", "version": 1, "license": "Apache-2.0",
-    "upstream": "https://example.org/fuzz-me.git", "python-depends": [], "kernel-depends": [],
+    "name": "fuzz-me",
+    "id": "_fuzz_me_cpu_1a2b3c4",
+    "version": 1,
+    "license": "Apache-2.0",
+    "upstream": "https://example.org/fuzz-me.git",
+    "python-depends": [],
+    "kernel-depends": [],
     "backend": {"type": "cpu"},
     "digest": {"algorithm": "sha256", "files": {"__init__.py": "c2hhMjU2IG9mIHRoZSBpbml0IGZpbGUgZ29lcyBoZXJlIQ=="}},
-    "provenance": {"kernel-builder": {"name": "hubkernels", "version": "0.1.0"},
-                   "kernel": {"commit": "b" * 40, "dirty": False}},
+    "provenance": {
+        "kernel-builder": {"name": "hubkernels", "version": "0.1.0"},
+        "kernel": {"commit": "b" * 40, "dirty": False},
+    },
 }
 
 
 def _odd_value(rng: random.Random) -> Any:
     """A value of a random JSON type, often an extreme one."""
     choices = [
-        None, True, False, 0, -1, 7, 2**63, 10**400, -(10**30), 1.5, 1e308, float("nan"), float("inf"), "", "x",
-        "x" * 100_000, "../../etc/passwd", "/abs/path", "json", "torch", "os", "\u202e\u0000", "_fuzz_me_cpu_zzzzzzz",
-        "_fuzz_me_cuda_1a2b3c4", "_fuzz_me_cpu_1a2b3c4_dirty", "_fuzz_me_cpu_abcdefghijklm", "9.0", "9.0a+PTX", "13.x",
-        "sha512", "md5", [], [1, "a", None], ["einops"], ["helion"], ["no-such-dep"], [{"repo-id": "a/b", "version": 1}],
-        [{"repo-id": 5}], {}, {"type": "cuda", "archs": ["8.0", "bad"]}, {"type": "cuda", "archs": "8.0"},
-        {"type": "rocm", "archs": ["gfx942"]}, {"type": "quantum"}, {"files": []}, {"files": {"../x": "AAAA"}},
-        {"algorithm": "sha256", "files": {"a.py": 5}}, list(range(5000)),
+        None,
+        True,
+        False,
+        0,
+        -1,
+        7,
+        2**63,
+        10**400,
+        -(10**30),
+        1.5,
+        1e308,
+        float("nan"),
+        float("inf"),
+        "",
+        "x",
+        "x" * 100_000,
+        "../../etc/passwd",
+        "/abs/path",
+        "json",
+        "torch",
+        "os",
+        "\u202e\u0000",
+        "_fuzz_me_cpu_zzzzzzz",
+        "_fuzz_me_cuda_1a2b3c4",
+        "_fuzz_me_cpu_1a2b3c4_dirty",
+        "_fuzz_me_cpu_abcdefghijklm",
+        "9.0",
+        "9.0a+PTX",
+        "13.x",
+        "sha512",
+        "md5",
+        [],
+        [1, "a", None],
+        ["einops"],
+        ["helion"],
+        ["no-such-dep"],
+        [{"repo-id": "a/b", "version": 1}],
+        [{"repo-id": 5}],
+        {},
+        {"type": "cuda", "archs": ["8.0", "bad"]},
+        {"type": "cuda", "archs": "8.0"},
+        {"type": "rocm", "archs": ["gfx942"]},
+        {"type": "quantum"},
+        {"files": []},
+        {"files": {"../x": "AAAA"}},
+        {"algorithm": "sha256", "files": {"a.py": 5}},
+        list(range(5000)),
     ]
     pick = rng.randrange(len(choices) + 2)
     if pick == len(choices):
@@ -88,9 +135,11 @@ def _mutate_metadata(rng: random.Random) -> bytes:
         raw = raw[: rng.randrange(len(raw) + 1)]
     elif r < 0.16:
         i = rng.randrange(len(raw))
-        raw = raw[:i] + bytes([rng.randrange(256)]) + raw[i + 1:]
+        raw = raw[:i] + bytes([rng.randrange(256)]) + raw[i + 1 :]
     elif r < 0.20:
-        raw = rng.choice((b"[" * 100_000, b"{\"a\":" * 50_000, b"\xff\xfe{}", b"1" * 5000, b'{"name": NaN}', b"", b"null"))
+        raw = rng.choice(
+            (b"[" * 100_000, b'{"a":' * 50_000, b"\xff\xfe{}", b"1" * 5000, b'{"name": NaN}', b"", b"null")
+        )
     return raw
 
 
@@ -140,9 +189,31 @@ def test_metadata_errors_are_one_line_and_name_the_key(tmp_path) -> None:
             raise AssertionError(f"{key}={value!r} was accepted")
 
 
-_TOML_VALUES = ('"x"', '""', "1", "-1", "0", "99999999999999999999999", "1.5", "inf", "nan", "true", "[]", '["a", 1]',
-                "{}", '{ a = 1 }', "1979-05-27T07:32:00Z", '"../../etc"', '["cpu", "cuda", "quantum"]', '"9.0"',
-                '["8.0", "x"]', "[[1], [2]]", '"""multi\nline"""', "'literal'", '"\\u0000"')
+_TOML_VALUES = (
+    '"x"',
+    '""',
+    "1",
+    "-1",
+    "0",
+    "99999999999999999999999",
+    "1.5",
+    "inf",
+    "nan",
+    "true",
+    "[]",
+    '["a", 1]',
+    "{}",
+    "{ a = 1 }",
+    "1979-05-27T07:32:00Z",
+    '"../../etc"',
+    '["cpu", "cuda", "quantum"]',
+    '"9.0"',
+    '["8.0", "x"]',
+    "[[1], [2]]",
+    '"""multi\nline"""',
+    "'literal'",
+    '"\\u0000"',
+)
 
 
 def _mutate_toml(rng: random.Random, base: str) -> bytes:
@@ -158,18 +229,31 @@ def _mutate_toml(rng: random.Random, base: str) -> bytes:
             key = lines[i].split("=", 1)[0]
             lines[i] = f"{key}= {rng.choice(_TOML_VALUES)}"
         elif op < 0.85 and lines[i].startswith("["):
-            lines[i] = rng.choice(("[general]", "[torch]", "[kernel.x]", "[[kernel]]", "[kernel.ltx_cpu.extra]",
-                                   "[torch-noarch]", "[tvm-ffi]", "[general.cuda]", "[general.hub]", "[x"))
+            lines[i] = rng.choice(
+                (
+                    "[general]",
+                    "[torch]",
+                    "[kernel.x]",
+                    "[[kernel]]",
+                    "[kernel.ltx_cpu.extra]",
+                    "[torch-noarch]",
+                    "[tvm-ffi]",
+                    "[general.cuda]",
+                    "[general.hub]",
+                    "[x",
+                )
+            )
         else:
-            lines.insert(i, f"{rng.choice(('name', 'backend', 'src', 'depends', 'version', 'zzz'))} = "
-                            f"{rng.choice(_TOML_VALUES)}")
+            lines.insert(
+                i, f"{rng.choice(('name', 'backend', 'src', 'depends', 'version', 'zzz'))} = {rng.choice(_TOML_VALUES)}"
+            )
     raw = "\n".join(lines).encode()
     r = rng.random()
     if r < 0.1:
         raw = raw[: rng.randrange(len(raw) + 1)]
     elif r < 0.18:
         i = rng.randrange(len(raw))
-        raw = raw[:i] + bytes([rng.randrange(256)]) + raw[i + 1:]
+        raw = raw[:i] + bytes([rng.randrange(256)]) + raw[i + 1 :]
     return raw
 
 

@@ -12,13 +12,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import new_repo, without_artifacts
 from huggingface_hub import constants
+from ltx_tiny import publish_ltx
 
 from hubkernels.errors import HubkernelsError
 from hubkernels.fetch import install
 from hubkernels.fetch._local import RepoState
-from ltx_tiny import publish_ltx
-from helpers import new_repo, without_artifacts
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("size change", "same-size content change", "content change, mtime restored")
@@ -52,8 +52,9 @@ def ltx_repo(hub, ltx_build) -> tuple[str, str, tuple[str, ...]]:
     return repo_id, commit, (so, "__init__.py", "metadata.json")
 
 
-def test_tampered_files_are_refused_in_the_cache_and_on_the_server(hub, ltx_repo, tmp_path, record,
-                                                                  monkeypatch) -> None:
+def test_tampered_files_are_refused_in_the_cache_and_on_the_server(
+    hub, ltx_repo, tmp_path, record, monkeypatch
+) -> None:
     repo_id, commit, names = ltx_repo
     template = tmp_path / "template"
     variant = install(repo_id, version=1, cache_dir=template).variant
@@ -101,7 +102,11 @@ def test_a_warm_load_makes_no_request_and_its_content_check_is_cheap(hub, ltx_re
     cache = tmp_path / "cache"
     variant = install(repo_id, version=1, cache_dir=cache).variant
     hub.reset_requests()
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import json, statistics, time
         import torch
         import hubkernels.digest as d
@@ -122,14 +127,26 @@ def test_a_warm_load_makes_no_request_and_its_content_check_is_cheap(hub, ltx_re
             t = time.perf_counter(); file_stats(vdir); stat.append((time.perf_counter() - t) * 1000)
         print(json.dumps({{"load_ms": load_ms, "content_check_ms": statistics.median(content),
                           "stat_check_ms": statistics.median(stat)}}))
-        """)], cwd=ROOT, env={**os.environ, "HF_HUB_CACHE": str(cache), "HUBKERNELS_VERSION_TTL": "600"},
-        capture_output=True, text=True, timeout=300)  # zero requests: the user opted in to reusing versions
+        """),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_CACHE": str(cache), "HUBKERNELS_VERSION_TTL": "600"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # zero requests: the user opted in to reusing versions
     assert out.returncode == 0, out.stderr[-3000:]
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     requests = [r for r in hub.requests() if r["path"] != "/api/agent-harnesses"]
     added = figures["content_check_ms"] - figures["stat_check_ms"]
-    record(1, int(bool(requests)) + int(added >= 5.0), requests=len(requests),
-           warm_load_ms=round(figures["load_ms"], 1), content_check_ms=round(figures["content_check_ms"], 3),
-           old_stat_check_ms=round(figures["stat_check_ms"], 3), added_ms=round(added, 3))
+    record(
+        1,
+        int(bool(requests)) + int(added >= 5.0),
+        requests=len(requests),
+        warm_load_ms=round(figures["load_ms"], 1),
+        content_check_ms=round(figures["content_check_ms"], 3),
+        old_stat_check_ms=round(figures["stat_check_ms"], 3),
+        added_ms=round(added, 3),
+    )
     assert requests == []
     assert added < 5.0, figures  # what the content check adds to a warm load, over the old size/mtime check

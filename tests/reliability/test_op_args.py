@@ -17,15 +17,15 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ltx_reference as ref
 import pytest
 import torch
 
-import ltx_reference as ref
-
 DEVICES = [
     "cpu",
-    pytest.param("cuda", marks=[pytest.mark.gpu,
-                                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]),
+    pytest.param(
+        "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+    ),
 ]
 
 B, S, D = 2, 3, 24  # D: even (RoPE), a multiple of 6 (grid RoPE) and of the 16-byte vector widths
@@ -64,57 +64,109 @@ def _ops(ltx) -> list[Op]:
         return {"cos": a.cos().float(), "sin": a.sin().float()}
 
     return [
-        Op("rms_norm", lambda g, dt: {"x": _randn(g, *bsd, dtype=dt), "weight": _randn(g, D, dtype=dt)},
-           lambda a: ltx.rms_norm(a["x"], a["weight"]), lambda a: ref.rms_norm(a["x"], a["weight"])),
-        Op("rms_norm_modulate",
-           lambda g, dt: {"x": _randn(g, *bsd, dtype=dt), "scale": _randn(g, B, 1, D, dtype=dt, std=0.5),
-                          "shift": _randn(g, B, S, D, dtype=dt, std=0.5), "weight": _randn(g, D, dtype=dt)},
-           lambda a: ltx.rms_norm_modulate(a["x"], a["scale"], a["shift"], a["weight"]),
-           lambda a: ref.rms_norm_modulate(a["x"], a["scale"], a["shift"], a["weight"])),
-        Op("add_rms_norm_modulate",
-           lambda g, dt: {"x": _randn(g, *bsd, dtype=dt), "y": _randn(g, *bsd, dtype=dt),
-                          "scale": _randn(g, B, 1, D, dtype=dt, std=0.5), "shift": _randn(g, B, 1, D, dtype=dt, std=0.5),
-                          "gate": _randn(g, B, S, D, dtype=dt, std=0.5), "weight": _randn(g, D, dtype=dt)},
-           lambda a: ltx.add_rms_norm_modulate(a["x"], a["y"], a["scale"], a["shift"], a["gate"], a["weight"]),
-           lambda a: ref.add_rms_norm_modulate(a["x"], a["y"], a["scale"], a["shift"], a["gate"], a["weight"])),
-        Op("rope_interleaved_qk",
-           lambda g, dt: {"q": _randn(g, *bsd, dtype=dt), "k": _randn(g, *bsd, dtype=dt), **angles(g)},
-           lambda a: ltx.rope_interleaved_qk(a["q"], a["k"], a["cos"], a["sin"]),
-           lambda a: ref.rope_interleaved_qk(a["q"], a["k"], a["cos"], a["sin"])),
-        Op("gelu_tanh", lambda g, dt: {"x": _randn(g, *bsd, dtype=dt, std=3.0)},
-           lambda a: ltx.gelu_tanh(a["x"]), lambda a: _gelu_reference(a["x"])),
-        Op("gated_residual",
-           lambda g, dt: {"x": _randn(g, *bsd, dtype=dt), "y": _randn(g, *bsd, dtype=dt),
-                          "gate": _randn(g, B, 1, D, dtype=dt, std=0.5)},
-           lambda a: ltx.gated_residual(a["x"], a["y"], a["gate"]),
-           lambda a: ref.gated_residual(a["x"], a["y"], a["gate"])),
-        Op("qk_rms_norm_rope",
-           lambda g, dt: {"q": _randn(g, *bsd, dtype=dt), "k": _randn(g, *bsd, dtype=dt),
-                          "weight_q": _randn(g, D, dtype=dt), "weight_k": _randn(g, D, dtype=dt), **angles(g)},
-           lambda a: ltx.qk_rms_norm_rope(a["q"], a["k"], a["weight_q"], a["weight_k"], a["cos"], a["sin"]),
-           lambda a: ref.qk_rms_norm_rope(a["q"], a["k"], a["weight_q"], a["weight_k"], a["cos"], a["sin"])),
-        Op("qk_rms_norm_rope_grid",
-           lambda g, dt: {"q": _randn(g, *bsd, dtype=dt), "k": _randn(g, *bsd, dtype=dt),
-                          "weight_q": _randn(g, D, dtype=dt), "weight_k": _randn(g, D, dtype=dt),
-                          "pos": torch.rand(B, S, 3, generator=g) * 8,
-                          "freqs": torch.rand(D // 6, generator=g) * 3},
-           lambda a: ltx.qk_rms_norm_rope_grid(a["q"], a["k"], a["weight_q"], a["weight_k"], a["pos"], a["freqs"]),
-           lambda a: _rope_grid_reference(a["q"], a["k"], a["weight_q"], a["weight_k"], a["pos"], a["freqs"])),
+        Op(
+            "rms_norm",
+            lambda g, dt: {"x": _randn(g, *bsd, dtype=dt), "weight": _randn(g, D, dtype=dt)},
+            lambda a: ltx.rms_norm(a["x"], a["weight"]),
+            lambda a: ref.rms_norm(a["x"], a["weight"]),
+        ),
+        Op(
+            "rms_norm_modulate",
+            lambda g, dt: {
+                "x": _randn(g, *bsd, dtype=dt),
+                "scale": _randn(g, B, 1, D, dtype=dt, std=0.5),
+                "shift": _randn(g, B, S, D, dtype=dt, std=0.5),
+                "weight": _randn(g, D, dtype=dt),
+            },
+            lambda a: ltx.rms_norm_modulate(a["x"], a["scale"], a["shift"], a["weight"]),
+            lambda a: ref.rms_norm_modulate(a["x"], a["scale"], a["shift"], a["weight"]),
+        ),
+        Op(
+            "add_rms_norm_modulate",
+            lambda g, dt: {
+                "x": _randn(g, *bsd, dtype=dt),
+                "y": _randn(g, *bsd, dtype=dt),
+                "scale": _randn(g, B, 1, D, dtype=dt, std=0.5),
+                "shift": _randn(g, B, 1, D, dtype=dt, std=0.5),
+                "gate": _randn(g, B, S, D, dtype=dt, std=0.5),
+                "weight": _randn(g, D, dtype=dt),
+            },
+            lambda a: ltx.add_rms_norm_modulate(a["x"], a["y"], a["scale"], a["shift"], a["gate"], a["weight"]),
+            lambda a: ref.add_rms_norm_modulate(a["x"], a["y"], a["scale"], a["shift"], a["gate"], a["weight"]),
+        ),
+        Op(
+            "rope_interleaved_qk",
+            lambda g, dt: {"q": _randn(g, *bsd, dtype=dt), "k": _randn(g, *bsd, dtype=dt), **angles(g)},
+            lambda a: ltx.rope_interleaved_qk(a["q"], a["k"], a["cos"], a["sin"]),
+            lambda a: ref.rope_interleaved_qk(a["q"], a["k"], a["cos"], a["sin"]),
+        ),
+        Op(
+            "gelu_tanh",
+            lambda g, dt: {"x": _randn(g, *bsd, dtype=dt, std=3.0)},
+            lambda a: ltx.gelu_tanh(a["x"]),
+            lambda a: _gelu_reference(a["x"]),
+        ),
+        Op(
+            "gated_residual",
+            lambda g, dt: {
+                "x": _randn(g, *bsd, dtype=dt),
+                "y": _randn(g, *bsd, dtype=dt),
+                "gate": _randn(g, B, 1, D, dtype=dt, std=0.5),
+            },
+            lambda a: ltx.gated_residual(a["x"], a["y"], a["gate"]),
+            lambda a: ref.gated_residual(a["x"], a["y"], a["gate"]),
+        ),
+        Op(
+            "qk_rms_norm_rope",
+            lambda g, dt: {
+                "q": _randn(g, *bsd, dtype=dt),
+                "k": _randn(g, *bsd, dtype=dt),
+                "weight_q": _randn(g, D, dtype=dt),
+                "weight_k": _randn(g, D, dtype=dt),
+                **angles(g),
+            },
+            lambda a: ltx.qk_rms_norm_rope(a["q"], a["k"], a["weight_q"], a["weight_k"], a["cos"], a["sin"]),
+            lambda a: ref.qk_rms_norm_rope(a["q"], a["k"], a["weight_q"], a["weight_k"], a["cos"], a["sin"]),
+        ),
+        Op(
+            "qk_rms_norm_rope_grid",
+            lambda g, dt: {
+                "q": _randn(g, *bsd, dtype=dt),
+                "k": _randn(g, *bsd, dtype=dt),
+                "weight_q": _randn(g, D, dtype=dt),
+                "weight_k": _randn(g, D, dtype=dt),
+                "pos": torch.rand(B, S, 3, generator=g) * 8,
+                "freqs": torch.rand(D // 6, generator=g) * 3,
+            },
+            lambda a: ltx.qk_rms_norm_rope_grid(a["q"], a["k"], a["weight_q"], a["weight_k"], a["pos"], a["freqs"]),
+            lambda a: _rope_grid_reference(a["q"], a["k"], a["weight_q"], a["weight_k"], a["pos"], a["freqs"]),
+        ),
     ]
 
 
-OP_NAMES = ["rms_norm", "rms_norm_modulate", "add_rms_norm_modulate", "rope_interleaved_qk", "gelu_tanh",
-            "gated_residual", "qk_rms_norm_rope", "qk_rms_norm_rope_grid"]
+OP_NAMES = [
+    "rms_norm",
+    "rms_norm_modulate",
+    "add_rms_norm_modulate",
+    "rope_interleaved_qk",
+    "gelu_tanh",
+    "gated_residual",
+    "qk_rms_norm_rope",
+    "qk_rms_norm_rope_grid",
+]
 
 # Views with the values of t (same shape) in another memory layout.
 LAYOUTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     # the dims reversed in memory, viewed back in t's order (a transposed tensor; 1-D: a reversed copy)
-    "transposed": lambda t: t.permute(tuple(reversed(range(t.dim())))).contiguous().permute(tuple(reversed(range(t.dim())))),
+    "transposed": lambda t: (
+        t.permute(tuple(reversed(range(t.dim())))).contiguous().permute(tuple(reversed(range(t.dim()))))
+    ),
     # every other element of a twice-as-long last dim (last-dim stride 2)
     "last_dim_step_2": lambda t: torch.stack([t, torch.zeros_like(t)], dim=-1).flatten(-2)[..., ::2],
     # every third row of the first dim, from a taller tensor (an odd outer stride)
-    "outer_step_3": lambda t: torch.cat([t.unsqueeze(1), torch.zeros_like(t).unsqueeze(1).expand(-1, 2, *t.shape[1:])],
-                                        dim=1).flatten(0, 1)[::3],
+    "outer_step_3": lambda t: torch.cat(
+        [t.unsqueeze(1), torch.zeros_like(t).unsqueeze(1).expand(-1, 2, *t.shape[1:])], dim=1
+    ).flatten(0, 1)[::3],
     # contiguous, but one element into its storage (not 16-byte aligned)
     "offset_1": lambda t: torch.cat([torch.zeros(1, dtype=t.dtype, device=t.device), t.flatten()])[1:].view(t.shape),
 }
@@ -148,8 +200,13 @@ def _outputs(result: object) -> tuple[torch.Tensor, ...]:
 def _close(got: object, want: object, dtype: torch.dtype, seed: int, what: str) -> None:
     for g, w in zip(_outputs(got), _outputs(want)):
         assert g.dtype == dtype and g.shape == w.shape and g.is_contiguous(), what
-        torch.testing.assert_close(g.double().cpu(), w.double().cpu(), **ref.tolerance(dtype), equal_nan=True,
-                                   msg=lambda m: f"{what}: {m}\n(replay with LTX_TEST_SEED={seed})")
+        torch.testing.assert_close(
+            g.double().cpu(),
+            w.double().cpu(),
+            **ref.tolerance(dtype),
+            equal_nan=True,
+            msg=lambda m: f"{what}: {m}\n(replay with LTX_TEST_SEED={seed})",
+        )
 
 
 def _require_backend(ltx, device: str) -> None:
@@ -194,12 +251,22 @@ def test_every_argument_in_every_layout_gives_the_contiguous_result(ltx, record,
 # --------------------------------------------------------------------------------------------------
 # Fuzzing: random mutations of valid arguments.
 
-FUZZ_DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.bool,
-               torch.complex64, torch.uint8]
+FUZZ_DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+    torch.complex64,
+    torch.uint8,
+]
 
 
 def _mutate(gen: torch.Generator, t: torch.Tensor | None, optional: bool) -> tuple[torch.Tensor | None, str]:
     """One random change to an argument (or none): dtype, shape, stride, empty, NaN/inf, missing."""
+
     def pick(n: int) -> int:
         return int(torch.randint(n, (1,), generator=gen))
 
@@ -292,8 +359,15 @@ def test_fuzzed_arguments_give_results_or_one_line_errors(ltx, record, device):
             except AssertionError as e:
                 failures += 1
                 problems.append(f"{what}: wrong result: {str(e)[:300]}")
-    record(cases=cases, failures=failures, seed=seed, device=device, clean_errors=clean_errors, results=results,
-           checked_against_reference=checked)
+    record(
+        cases=cases,
+        failures=failures,
+        seed=seed,
+        device=device,
+        clean_errors=clean_errors,
+        results=results,
+        checked_against_reference=checked,
+    )
     assert not problems, f"seed {seed} (replay with LTX_TEST_SEED={seed}):\n" + "\n".join(problems[:40])
     assert clean_errors > 50 and results > 50, (clean_errors, results)
 
@@ -304,8 +378,9 @@ def test_gelu_tanh_infinities_and_nan_like_the_limit(ltx, device):
     and in strided views."""
     _require_backend(ltx, device)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        x = torch.tensor([[-math.inf, math.inf, math.nan, -1.0], [0.0, 2.0, -20.0, -math.inf]], dtype=dtype,
-                         device=device)
+        x = torch.tensor(
+            [[-math.inf, math.inf, math.nan, -1.0], [0.0, 2.0, -20.0, -math.inf]], dtype=dtype, device=device
+        )
         for view in (x, x.t().contiguous().t()):
             out = ltx.gelu_tanh(view).double().cpu()
             assert out[0, 0] == 0 and out[1, 3] == 0 and out[0, 1] == math.inf and out[0, 2].isnan()

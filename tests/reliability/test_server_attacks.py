@@ -13,11 +13,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub
 from huggingface_hub import CommitOperationAdd, HfApi, hf_hub_download
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 from server_helpers import http, ndjson, post_json
-
-from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub
 
 SECRET = b"the private weights\n" * 300  # 6 KB: stored through LFS
 
@@ -29,8 +28,9 @@ def attacked(tmp_path_factory):
     owner = HfApi(endpoint=server.url, token=TEST_TOKEN)
     for repo_id, private in (("org/pub", False), ("org/priv", True)):
         owner.create_repo(repo_id, repo_type="kernel", private=private)
-        owner.upload_file(path_or_fileobj=SECRET if private else b"public", path_in_repo="w.bin", repo_id=repo_id,
-                          repo_type="kernel")
+        owner.upload_file(
+            path_or_fileobj=SECRET if private else b"public", path_in_repo="w.bin", repo_id=repo_id, repo_type="kernel"
+        )
         owner.create_branch(repo_id, repo_type="kernel", branch="v1")
         owner.create_tag(repo_id, repo_type="kernel", tag="t1")
     server.intruders = {
@@ -48,8 +48,11 @@ def _state(server) -> dict:
     out = {}
     for repo_id in ("org/pub", "org/priv"):
         refs = api.list_repo_refs(repo_id, repo_type="kernel")
-        out[repo_id] = ({b.name: b.target_commit for b in refs.branches}, {t.name: t.target_commit for t in refs.tags},
-                        api.kernel_info(repo_id).private)
+        out[repo_id] = (
+            {b.name: b.target_commit for b in refs.branches},
+            {t.name: t.target_commit for t in refs.tags},
+            api.kernel_info(repo_id).private,
+        )
     out["trusted"] = sorted(server.control.trusted_orgs)
     out["faults"] = len(server.control.faults())
     return out
@@ -57,28 +60,46 @@ def _state(server) -> dict:
 
 def _writes(url: str) -> list[tuple[str, str, str, bytes | None]]:
     """(label, method, path, body) of every write an intruder may try."""
-    commit = ndjson({"key": "header", "value": {"summary": "pwn"}},
-                    {"key": "file", "value": {"path": "build/x/__init__.py", "content": "cHdu", "encoding": "base64"}})
+    commit = ndjson(
+        {"key": "header", "value": {"summary": "pwn"}},
+        {"key": "file", "value": {"path": "build/x/__init__.py", "content": "cHdu", "encoding": "base64"}},
+    )
     out = []
     for repo in ("pub", "priv"):
         api = f"/api/kernels/org/{repo}"
         out += [
             (f"commit {repo}@v1", "POST", f"{api}/commit/v1", commit),
             (f"preupload {repo}", "POST", f"{api}/preupload/v1", json.dumps({"files": []}).encode()),
-            (f"lfs batch {repo}", "POST", f"/kernels/org/{repo}.git/info/lfs/objects/batch",
-             json.dumps({"operation": "upload", "objects": [{"oid": "a" * 64, "size": 1}]}).encode()),
+            (
+                f"lfs batch {repo}",
+                "POST",
+                f"/kernels/org/{repo}.git/info/lfs/objects/batch",
+                json.dumps({"operation": "upload", "objects": [{"oid": "a" * 64, "size": 1}]}).encode(),
+            ),
             (f"branch create {repo}", "POST", f"{api}/branch/evil", b"{}"),
             (f"branch delete {repo}", "DELETE", f"{api}/branch/v1", None),
             (f"tag create {repo}", "POST", f"{api}/tag/main", json.dumps({"tag": "evil"}).encode()),
             (f"tag delete {repo}", "DELETE", f"{api}/tag/t1", None),
-            (f"settings {repo}", "PUT", f"{api}/settings",
-             json.dumps({"visibility": "public" if repo == "priv" else "private"}).encode()),
-            (f"delete {repo}", "DELETE", "/api/repos/delete",
-             json.dumps({"type": "kernel", "name": repo, "organization": "org"}).encode()),
+            (
+                f"settings {repo}",
+                "PUT",
+                f"{api}/settings",
+                json.dumps({"visibility": "public" if repo == "priv" else "private"}).encode(),
+            ),
+            (
+                f"delete {repo}",
+                "DELETE",
+                "/api/repos/delete",
+                json.dumps({"type": "kernel", "name": repo, "organization": "org"}).encode(),
+            ),
         ]
     out += [
-        ("create in org", "POST", "/api/repos/create",
-         json.dumps({"type": "kernel", "name": "evil", "organization": "org"}).encode()),
+        (
+            "create in org",
+            "POST",
+            "/api/repos/create",
+            json.dumps({"type": "kernel", "name": "evil", "organization": "org"}).encode(),
+        ),
         ("trust an org", "PUT", "/_hubkernels/trusted-orgs/mallory-org", None),
         ("inject a fault", "POST", "/_hubkernels/faults", json.dumps({"path_regex": ".", "status": 503}).encode()),
         ("read the request log", "GET", "/_hubkernels/requests", None),
@@ -107,9 +128,14 @@ def test_control_routes_need_test_mode_and_an_admin_token(attacked, tmp_path, re
     assert http(f"{attacked.url}/_hubkernels/requests", token=TEST_TOKEN)[0] == 403  # a write token is no admin
     production = start_hub(tmp_path / "prod", test_mode=False)
     try:
-        statuses = [http(f"{production.url}{path}", method, token=ADMIN_TOKEN)[0] for path, method in (
-            ("/_hubkernels/requests", "GET"), ("/_hubkernels/faults", "POST"),
-            ("/_hubkernels/trusted-orgs/x", "PUT"))]
+        statuses = [
+            http(f"{production.url}{path}", method, token=ADMIN_TOKEN)[0]
+            for path, method in (
+                ("/_hubkernels/requests", "GET"),
+                ("/_hubkernels/faults", "POST"),
+                ("/_hubkernels/trusted-orgs/x", "PUT"),
+            )
+        ]
     finally:
         production.stop()
     record(len(statuses) + 2)
@@ -117,7 +143,8 @@ def test_control_routes_need_test_mode_and_an_admin_token(attacked, tmp_path, re
 
 
 def test_anonymous_upload_to_a_trusted_publishers_v1_is_refused_and_the_victim_loads_the_publisher(
-        hub, tmp_path, record):
+    hub, tmp_path, record
+):
     from helpers import make_kernel
 
     import hubkernels
@@ -131,8 +158,9 @@ def test_anonymous_upload_to_a_trusted_publishers_v1_is_refused_and_the_victim_l
     refused = []
     for token in (False, mallory, reader):
         with pytest.raises(HfHubHTTPError) as err:
-            HfApi(token=token).upload_folder(folder_path=evil / "build", path_in_repo="build", repo_id=repo_id,
-                                             repo_type="kernel", revision="v1")
+            HfApi(token=token).upload_folder(
+                folder_path=evil / "build", path_in_repo="build", repo_id=repo_id, repo_type="kernel", revision="v1"
+            )
         refused.append(err.value.response.status_code)
     kernel = hubkernels.get_kernel(repo_id, version=1, cache_dir=tmp_path / "victim-cache")
     record(len(refused) + 1)
@@ -147,14 +175,18 @@ def test_a_forged_lfs_pointer_does_not_read_another_repos_private_file(attacked,
     api.create_repo("mallory/leak", repo_type="kernel")
     base = f"{attacked.url}/api/kernels/mallory/leak"
     # 1. commit a pointer to the private object straight away
-    forged = ndjson({"key": "header", "value": {"summary": "leak"}},
-                    {"key": "lfsFile", "value": {"path": "leak.bin", "algo": "sha256", "oid": oid,
-                                                 "size": len(SECRET)}})
+    forged = ndjson(
+        {"key": "header", "value": {"summary": "leak"}},
+        {"key": "lfsFile", "value": {"path": "leak.bin", "algo": "sha256", "oid": oid, "size": len(SECRET)}},
+    )
     status, _, body = http(f"{base}/commit/main", "POST", {"Content-Type": "application/x-ndjson"}, forged, mallory)
     assert status == 400 and "upload it first" in json.loads(body)["error"]
     # 2. the LFS batch does not say "already stored": it asks for the bytes, which mallory does not have
-    status, _, body = post_json(f"{attacked.url}/kernels/mallory/leak.git/info/lfs/objects/batch",
-                                {"operation": "upload", "objects": [{"oid": oid, "size": len(SECRET)}]}, mallory)
+    status, _, body = post_json(
+        f"{attacked.url}/kernels/mallory/leak.git/info/lfs/objects/batch",
+        {"operation": "upload", "objects": [{"oid": oid, "size": len(SECRET)}]},
+        mallory,
+    )
     (obj,) = json.loads(body)["objects"]
     href = obj["actions"]["upload"]["href"]
     assert http(href, "PUT", body=b"x" * len(SECRET))[0] == 400  # wrong bytes: refused
@@ -162,17 +194,38 @@ def test_a_forged_lfs_pointer_does_not_read_another_repos_private_file(attacked,
     assert http(f"{base}/commit/main", "POST", {"Content-Type": "application/x-ndjson"}, forged, mallory)[0] == 400
     # 3. mallory's own token, a garbage one and a malformed header on the private file itself
     resolve = f"{attacked.url}/kernels/org/priv/resolve/main/w.bin"
-    answers = {name: http(resolve, headers={"Authorization": value}) for name, value in (
-        ("garbage", "garbage"), ("bearer garbage", "Bearer garbage"), ("mallory", f"Bearer {mallory}"),
-        ("empty bearer", "Bearer "))}
+    answers = {
+        name: http(resolve, headers={"Authorization": value})
+        for name, value in (
+            ("garbage", "garbage"),
+            ("bearer garbage", "Bearer garbage"),
+            ("mallory", f"Bearer {mallory}"),
+            ("empty bearer", "Bearer "),
+        )
+    }
     leaked = [name for name, (status, _, data) in answers.items() if status == 200 or SECRET[:40] in data]
     record(4 + len(answers), len(leaked))
     assert leaked == []
-    assert {name: a[0] for name, a in answers.items()} == {"garbage": 401, "bearer garbage": 401, "mallory": 404,
-                                                           "empty bearer": 401}
+    assert {name: a[0] for name, a in answers.items()} == {
+        "garbage": 401,
+        "bearer garbage": 401,
+        "mallory": 404,
+        "empty bearer": 401,
+    }
     assert answers["garbage"][1]["X-Error-Message"] == "Invalid credentials in Authorization header"
-    assert Path(hf_hub_download("org/priv", "w.bin", repo_type="kernel", endpoint=attacked.url, token=TEST_TOKEN,
-                                cache_dir=tmp_path / "owner")).read_bytes() == SECRET
+    assert (
+        Path(
+            hf_hub_download(
+                "org/priv",
+                "w.bin",
+                repo_type="kernel",
+                endpoint=attacked.url,
+                token=TEST_TOKEN,
+                cache_dir=tmp_path / "owner",
+            )
+        ).read_bytes()
+        == SECRET
+    )
 
 
 def test_the_request_log_never_holds_a_private_repos_paths_or_hashes(attacked, tmp_path, record):
@@ -180,10 +233,12 @@ def test_the_request_log_never_holds_a_private_repos_paths_or_hashes(attacked, t
     attacked.reset_requests()
     owner = HfApi(endpoint=attacked.url, token=TEST_TOKEN)
     owner.list_repo_files("org/priv", repo_type="kernel")
-    owner.create_commit("org/priv", [CommitOperationAdd("more.bin", SECRET + b"!")], commit_message="more",
-                        repo_type="kernel")
-    hf_hub_download("org/priv", "w.bin", repo_type="kernel", endpoint=attacked.url, token=TEST_TOKEN,
-                    cache_dir=tmp_path / "c")
+    owner.create_commit(
+        "org/priv", [CommitOperationAdd("more.bin", SECRET + b"!")], commit_message="more", repo_type="kernel"
+    )
+    hf_hub_download(
+        "org/priv", "w.bin", repo_type="kernel", endpoint=attacked.url, token=TEST_TOKEN, cache_dir=tmp_path / "c"
+    )
     log = json.dumps(attacked.requests())
     record(len(attacked.requests()))
     assert "org/priv" not in log and oid not in log and hashlib.sha256(SECRET + b"!").hexdigest() not in log
@@ -199,7 +254,8 @@ def test_whoami_answers_for_the_tokens_user_and_its_orgs(attacked):
 
 
 def test_a_members_token_does_not_reach_a_namespace_spelled_in_another_case(attacked, record):
-    status, _, _ = post_json(f"{attacked.url}/api/repos/create", {"type": "kernel", "name": "x", "organization": "ORG"},
-                             TEST_TOKEN)
+    status, _, _ = post_json(
+        f"{attacked.url}/api/repos/create", {"type": "kernel", "name": "x", "organization": "ORG"}, TEST_TOKEN
+    )
     record(1, int(status != 403))
     assert status == 403

@@ -25,10 +25,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub
 from huggingface_hub import HfApi
 from server_helpers import http, raw_exchange, serve_process
-
-from hubfixture import ADMIN_TOKEN, TEST_TOKEN, start_hub
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,9 +58,40 @@ def fuzzed(tmp_path_factory):
     server.stop()
 
 
-_STRANGE = ["\ud800", "\udfff", "a\ud800b", "\x00", "a\nb", "a\rb", "é", "名前", "\u202e", "a" * 300, "", " ",
-            "..", ".", "/", "a/../b", "%00", "%", "a%2Fb", "\x7f", "\t", "a b", "-a", "a--b", "1e999", "\\", "'", '"',
-            "a.git", ".git/config", "\ufffe", "\U0001f600"]
+_STRANGE = [
+    "\ud800",
+    "\udfff",
+    "a\ud800b",
+    "\x00",
+    "a\nb",
+    "a\rb",
+    "é",
+    "名前",
+    "\u202e",
+    "a" * 300,
+    "",
+    " ",
+    "..",
+    ".",
+    "/",
+    "a/../b",
+    "%00",
+    "%",
+    "a%2Fb",
+    "\x7f",
+    "\t",
+    "a b",
+    "-a",
+    "a--b",
+    "1e999",
+    "\\",
+    "'",
+    '"',
+    "a.git",
+    ".git/config",
+    "\ufffe",
+    "\U0001f600",
+]
 
 
 def _words(rng: random.Random) -> str:
@@ -70,7 +100,7 @@ def _words(rng: random.Random) -> str:
         return rng.choice(_STRANGE)
     if pick < 0.8:
         return "".join(rng.choice(_STRANGE + ["a", "b", "/", "."]) for _ in range(rng.randint(1, 4)))
-    return "".join(chr(rng.choice([rng.randint(0, 0x7f), rng.randint(0x80, 0x10ffff)])) for _ in range(5))
+    return "".join(chr(rng.choice([rng.randint(0, 0x7F), rng.randint(0x80, 0x10FFFF)])) for _ in range(5))
 
 
 def _json_text(value: object) -> bytes:
@@ -82,17 +112,27 @@ def _body(rng: random.Random, word: str) -> bytes:
     shapes = [
         {"name": word, "organization": "org", "type": "kernel"},
         {"name": "ok", "organization": word, "private": rng.choice([True, "yes", 1e999, None])},
-        {"files": [{"path": word, "size": rng.choice([1, -1, "__BIGFLOAT__", 2 ** 70]), "sample": ""}]},
+        {"files": [{"path": word, "size": rng.choice([1, -1, "__BIGFLOAT__", 2**70]), "sample": ""}]},
         {"operation": "upload", "objects": [{"oid": word, "size": "__BIGFLOAT__"}]},
         {"tag": word, "message": word},
         {"startingPoint": word},
         {"visibility": word},
         # fault rules for TRACE only: the rule's own input is fuzzed, it never fires on the fuzz's requests
-        {"path_regex": word, "method": "TRACE", "status": rng.choice([418, "__BIGFLOAT__", 99]),
-         "headers": {word: word}},
-        {"path_regex": word, "method": "TRACE", "status": 418,
-         "headers": {"X-A": "a\nb" if rng.random() < .5 else word}},
-        [word], word, "__BIGFLOAT__",
+        {
+            "path_regex": word,
+            "method": "TRACE",
+            "status": rng.choice([418, "__BIGFLOAT__", 99]),
+            "headers": {word: word},
+        },
+        {
+            "path_regex": word,
+            "method": "TRACE",
+            "status": 418,
+            "headers": {"X-A": "a\nb" if rng.random() < 0.5 else word},
+        },
+        [word],
+        word,
+        "__BIGFLOAT__",
     ]
     body = _json_text(rng.choice(shapes))
     if rng.random() < 0.2:
@@ -101,9 +141,13 @@ def _body(rng: random.Random, word: str) -> bytes:
 
 
 def _commit_body(rng: random.Random, word: str) -> bytes:
-    lines = [{"key": "header", "value": {"summary": word, "description": word}},
-             {"key": rng.choice(["file", "lfsFile", "deletedFile", "deletedFolder", word]),
-              "value": {"path": word, "content": "eA==", "oid": word, "size": "__BIGFLOAT__"}}]
+    lines = [
+        {"key": "header", "value": {"summary": word, "description": word}},
+        {
+            "key": rng.choice(["file", "lfsFile", "deletedFile", "deletedFolder", word]),
+            "value": {"path": word, "content": "eA==", "oid": word, "size": "__BIGFLOAT__"},
+        },
+    ]
     return b"\n".join(_json_text(line) for line in lines)
 
 
@@ -140,13 +184,20 @@ def test_a_fuzz_of_names_paths_credentials_and_bodies_gives_no_server_traceback(
             ("HEAD", f"/kernels/org/target/resolve/main/{quoted}", auth, None),
             ("POST", "/api/repos/create", {**json_type, **(auth or own)}, _body(rng, word)),
             ("POST", "/api/kernels/org/target/preupload/main", {**json_type, **(auth or own)}, _body(rng, word)),
-            ("POST", "/api/kernels/org/target/commit/main", {"Content-Type": "application/x-ndjson", **(auth or own)},
-             _commit_body(rng, word)),
-            ("POST", "/kernels/org/target.git/info/lfs/objects/batch", {**json_type, **(auth or own)},
-             _body(rng, word)),
+            (
+                "POST",
+                "/api/kernels/org/target/commit/main",
+                {"Content-Type": "application/x-ndjson", **(auth or own)},
+                _commit_body(rng, word),
+            ),
+            (
+                "POST",
+                "/kernels/org/target.git/info/lfs/objects/batch",
+                {**json_type, **(auth or own)},
+                _body(rng, word),
+            ),
             ("POST", "/_hubkernels/faults", {**json_type, **admin}, _body(rng, word)),
-            ("POST", f"/api/kernels/org/target/paths-info/{quoted}", auth,
-             f"paths={quoted}&expand=true".encode()),
+            ("POST", f"/api/kernels/org/target/paths-info/{quoted}", auth, f"paths={quoted}&expand=true".encode()),
             ("GET", f"/cas/v2/reconstructions/{quoted}", auth, None),
             ("POST", f"/cas/v1/xorbs/default/{quoted}", auth, os.urandom(64)),
             ("GET", f"/api/kernels/org/target/xet-read-token/{quoted}", auth, None),
@@ -164,7 +215,7 @@ def test_a_fuzz_of_names_paths_credentials_and_bodies_gives_no_server_traceback(
             continue
         except ConnectionResetError as exc:
             if any("\x00" in v for v in headers.values()):  # uvicorn's own 400 for a NUL in a header, then a
-                status = 400                              # close that can reset a client still sending its body
+                status = 400  # close that can reset a client still sending its body
             else:
                 status = 0
                 failures.append(f"{method} {path[:80]}: {type(exc).__name__}")
@@ -176,8 +227,14 @@ def test_a_fuzz_of_names_paths_credentials_and_bodies_gives_no_server_traceback(
             failures.append(f"{method} {path[:80]} -> {status}")
         cases += 1
     fuzzed.clear_faults()
-    record(cases, len(failures) + len(fuzzed.tracebacks), seed=2025, tracebacks=len(fuzzed.tracebacks), resets=resets,
-           statuses={str(k): v for k, v in sorted(statuses.items())})
+    record(
+        cases,
+        len(failures) + len(fuzzed.tracebacks),
+        seed=2025,
+        tracebacks=len(fuzzed.tracebacks),
+        resets=resets,
+        statuses={str(k): v for k, v in sorted(statuses.items())},
+    )
     assert fuzzed.tracebacks == []
     assert failures == []
     assert http(f"{url}/api/kernels/org/target")[0] == 200  # and it still answers
@@ -205,16 +262,29 @@ def test_no_unauthenticated_request_takes_the_server_past_200_mib(served, record
     port = int(url.rsplit(":", 1)[1])
     empties = b"[" + b"{}," * (20 << 20) + b"{}]"  # 60 MiB of empty objects
     answers = []
-    for path in ("/api/repos/create", "/api/kernels/org/x/commit/main", "/api/kernels/org/x/preupload/main",
-                 "/kernels/org/x.git/info/lfs/objects/batch", "/api/kernels/org/x/paths-info/main",
-                 "/cas/v1/shards", "/cas/v1/xorbs/default/" + "a" * 64):
+    for path in (
+        "/api/repos/create",
+        "/api/kernels/org/x/commit/main",
+        "/api/kernels/org/x/preupload/main",
+        "/kernels/org/x.git/info/lfs/objects/batch",
+        "/api/kernels/org/x/paths-info/main",
+        "/cas/v1/shards",
+        "/cas/v1/xorbs/default/" + "a" * 64,
+    ):
         for auth in (b"", b"Authorization: Bearer not-a-token\r\n"):
-            announced = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         f"Content-Length: {len(empties)}\r\n").encode() + auth + b"\r\n"
-            answers.append(raw_exchange(port, announced + empties[:1 << 20], 59, empties[1 << 20:2 << 20],
-                                        wait_s=1)[:12])
+            announced = (
+                (
+                    f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(empties)}\r\n"
+                ).encode()
+                + auth
+                + b"\r\n"
+            )
+            answers.append(
+                raw_exchange(port, announced + empties[: 1 << 20], 59, empties[1 << 20 : 2 << 20], wait_s=1)[:12]
+            )
             chunked = f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n".encode() + auth + b"\r\n"
-            chunk = b"100000\r\n" + empties[:1 << 20] + b"\r\n"
+            chunk = b"100000\r\n" + empties[: 1 << 20] + b"\r\n"
             answers.append(raw_exchange(port, chunked, 60, chunk, wait_s=1)[:12])
     peak = _peak_rss_mib(proc.pid)
     record(len(answers), sum(not a.startswith((b"HTTP/1.1 4",)) for a in answers), peak_rss_mib=round(peak, 1))
@@ -249,17 +319,32 @@ def test_an_lz4_bomb_xorb_is_refused_without_allocating_its_claim(served, record
     from hubkernels.server import xet_format as fmt
 
     proc, url, root = served
-    token = subprocess.run([sys.executable, "-m", "hubkernels.server", "token", "create", "--user", "bomber",
-                            "--write", "--root", str(root)], check=True, capture_output=True, text=True, cwd=ROOT,
-                           timeout=60).stdout.strip()
+    token = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hubkernels.server",
+            "token",
+            "create",
+            "--user",
+            "bomber",
+            "--write",
+            "--root",
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    ).stdout.strip()
     HfApi(endpoint=url, token=token).create_repo("bomber/x", repo_type="kernel")
     xet = json.loads(http(f"{url}/api/kernels/bomber/x/xet-write-token/main", token=token)[2])
     bomb = lz4.frame.compress(bytes(256 << 20))  # 256 MiB of zeros in ~1 MB, its chunk header claiming 64 KiB
     chunk = bytes([0]) + len(bomb).to_bytes(3, "little") + bytes([1]) + (64 << 10).to_bytes(3, "little") + bomb
     assert len(bomb) < (1 << 24)
     before = _peak_rss_mib(proc.pid)
-    status, _, body = http(f"{xet['casUrl']}/v1/xorbs/default/{'0' * 64}", "POST", body=chunk,
-                           token=xet["accessToken"])
+    status, _, body = http(f"{xet['casUrl']}/v1/xorbs/default/{'0' * 64}", "POST", body=chunk, token=xet["accessToken"])
     grown = _peak_rss_mib(proc.pid) - before
     record(1, int(status != 400), bomb_bytes=len(chunk), peak_growth_mib=round(grown, 1))
     assert status == 400 and b"decompressed" in body
@@ -273,10 +358,15 @@ def test_an_expanded_listing_of_a_large_tree_costs_one_history_walk(fuzzed, reco
     api.create_repo(repo_id, repo_type="kernel")
     from huggingface_hub import CommitOperationAdd
 
-    api.create_commit(repo_id, [CommitOperationAdd(f"d{i % 20}/f{i}.txt", str(i).encode()) for i in range(2000)],
-                      commit_message="wide", repo_type="kernel")
-    api.create_commit(repo_id, [CommitOperationAdd("d3/f3.txt", b"changed")], commit_message="one more",
-                      repo_type="kernel")
+    api.create_commit(
+        repo_id,
+        [CommitOperationAdd(f"d{i % 20}/f{i}.txt", str(i).encode()) for i in range(2000)],
+        commit_message="wide",
+        repo_type="kernel",
+    )
+    api.create_commit(
+        repo_id, [CommitOperationAdd("d3/f3.txt", b"changed")], commit_message="one more", repo_type="kernel"
+    )
     start = time.monotonic()
     status, _, body = http(f"{fuzzed.url}/api/kernels/{repo_id}/tree/main?recursive=true&expand=true")
     elapsed = time.monotonic() - start
@@ -293,8 +383,13 @@ def test_a_damaged_tokens_file_gives_one_line_in_serve_token(tmp_path, record):
     outputs = []
     for text in ('{"tokens": [{"id": 1}]}', '{"users": [1, 2]}', "[1]", '{"tokens": 5}', "\xff{", "{" * 100_000):
         (tmp_path / "tokens.json").write_text(text, encoding="latin-1")
-        out = subprocess.run([sys.executable, "-m", "hubkernels.server", "token", "list", "--root", str(tmp_path)],
-                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "hubkernels.server", "token", "list", "--root", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
         outputs.append((out.returncode, out.stderr.strip()))
     bad = [o for o in outputs if o[0] != 2 or "\n" in o[1] or "Traceback" in o[1]]
     record(len(outputs), len(bad))

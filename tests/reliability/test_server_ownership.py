@@ -22,11 +22,10 @@ from pathlib import Path
 
 import pytest
 import xet_craft
+from hubfixture import TEST_TOKEN
 from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 from server_helpers import http, ndjson
-
-from hubfixture import TEST_TOKEN
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = os.urandom(6000)  # stored through Xet (over the 1 KiB LFS threshold), incompressible
@@ -38,8 +37,9 @@ def _pointer(sha256: str, size: int) -> bytes:
 
 def _commit(url: str, repo_id: str, token: str, *ops: dict) -> int:
     body = ndjson({"key": "header", "value": {"summary": "mine"}}, *ops)
-    return http(f"{url}/api/kernels/{repo_id}/commit/main", "POST", {"Content-Type": "application/x-ndjson"}, body,
-                token)[0]
+    return http(
+        f"{url}/api/kernels/{repo_id}/commit/main", "POST", {"Content-Type": "application/x-ndjson"}, body, token
+    )[0]
 
 
 def _lfs_line(path: str, sha256: str, size: int) -> dict:
@@ -80,16 +80,15 @@ def private_file(hub):
     return repo_id, hashlib.sha256(SECRET).hexdigest()
 
 
-def test_pointer_text_in_a_regular_file_does_not_publish_a_private_file(hub, mallory, private_file, tmp_path,
-                                                                         record):
+def test_pointer_text_in_a_regular_file_does_not_publish_a_private_file(hub, mallory, private_file, tmp_path, record):
     token, new_repo = mallory
     _, oid = private_file
     repo_id = new_repo()
     raw = _commit(hub.url, repo_id, token, _file_line("leak.txt", _pointer(oid, len(SECRET))))
     with pytest.raises(HfHubHTTPError) as err:  # the same through huggingface_hub's own upload
         HfApi(endpoint=hub.url, token=token).upload_file(
-            path_or_fileobj=_pointer(oid, len(SECRET)), path_in_repo="leak2.txt", repo_id=repo_id,
-            repo_type="kernel")
+            path_or_fileobj=_pointer(oid, len(SECRET)), path_in_repo="leak2.txt", repo_id=repo_id, repo_type="kernel"
+        )
     leaked = [p for p in ("leak.txt", "leak2.txt") if _anonymous(hub.url, repo_id, p) == SECRET]
     record(2, len(leaked))
     assert (raw, err.value.response.status_code, leaked) == (400, 400, [])
@@ -136,7 +135,8 @@ def test_a_junk_xorb_posted_under_a_stored_hash_does_not_lend_its_chunks(hub, ma
 
 
 def test_a_shard_claiming_a_public_files_sha256_does_not_make_hf_kernels_run_the_attackers_code(
-        hub, mallory, tmp_path, record):
+    hub, mallory, tmp_path, record
+):
     from helpers import make_kernel
 
     from hubkernels.build import build
@@ -150,29 +150,34 @@ def test_a_shard_claiming_a_public_files_sha256_does_not_make_hf_kernels_run_the
     victim = f"hubkernels/poisoned-{uuid.uuid4().hex[:8]}"
     upload(root, repo_id=victim)
     original = (root / "build" / "torch-cpu" / "__init__.py").read_bytes()
-    tree = list(HfApi(endpoint=hub.url).list_repo_tree(victim, recursive=True, revision="v1",
-                                                        repo_type="kernel"))
+    tree = list(HfApi(endpoint=hub.url).list_repo_tree(victim, recursive=True, revision="v1", repo_type="kernel"))
     sha = hashlib.sha256(original).hexdigest()
     entry = next(e for e in tree if e.path.endswith("/__init__.py") and e.lfs and e.lfs.sha256 == sha)
     marker = tmp_path / "attacker-code-ran"
     payload = f"import pathlib as _p; _p.Path({str(marker)!r}).write_text('ran')\n".encode()
-    evil = payload + original[:len(original) - len(payload) - 1] + b"\n"
+    evil = payload + original[: len(original) - len(payload) - 1] + b"\n"
     assert len(evil) == len(original)
     repo_id = new_repo()  # mallory commits nothing anywhere: the shard alone is the attack
     xet_token, cas = xet_craft.write_token(hub.url, repo_id, token)
     xorb_hex, body, leaves = xet_craft.xorb(evil)
     pushed = xet_craft.push(cas, xet_token, xorb_hex, body, xet_craft.shard(xorb_hex, leaves, entry.lfs.sha256))
     cache = tmp_path / "victim"
-    env = {**os.environ, "HF_HUB_CACHE": str(cache / "hub"), "HF_HOME": str(cache / "home"),
-           "KERNELS_CACHE": str(cache / "kernels"), "HUBKERNELS_CACHE": str(cache / "hubkernels")}
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(cache / "hub"),
+        "HF_HOME": str(cache / "home"),
+        "KERNELS_CACHE": str(cache / "kernels"),
+        "HUBKERNELS_CACHE": str(cache / "hubkernels"),
+    }
     env.pop("HF_TOKEN", None)  # the victim is anonymous
     code = f"""
         import kernels, pathlib
         k = kernels.get_kernel({victim!r}, version=1)
         print(k.VALUE, pathlib.Path(k.__file__).read_bytes() == {original!r})
         """
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     record(2, int(marker.exists()))
     assert out.returncode == 0, out.stderr[-3000:]
     assert not marker.exists(), "HF kernels ran the attacker's code"
@@ -199,8 +204,11 @@ def test_a_published_lock_digests_list_does_not_read_a_private_kernel(hub, mallo
     files = variant["files"]
     assert variant["algorithm"] == "sha256"
     wanted = {base64.b64decode(d).hex(): path for path, d in files.items() if not path.endswith("metadata.json")}
-    real = {hashlib.sha256(p.read_bytes()).hexdigest(): p.read_bytes()
-            for p in (root / "build" / "torch-cpu").rglob("*") if p.is_file()}
+    real = {
+        hashlib.sha256(p.read_bytes()).hexdigest(): p.read_bytes()
+        for p in (root / "build" / "torch-cpu").rglob("*")
+        if p.is_file()
+    }
     assert len(wanted) >= 3 and set(wanted) <= set(real)
     repo_id = new_repo()
     xet_token, cas = xet_craft.write_token(hub.url, repo_id, token)
@@ -226,8 +234,16 @@ def test_a_xet_read_token_stops_reading_when_its_repo_turns_private(hub, record)
     read_token = json.loads(http(f"{hub.url}/api/kernels/{repo_id}/xet-read-token/main")[2])["accessToken"]
     plan = f"{hub.url}/cas/v2/reconstructions/{xet_hash}"
     before = http(plan, token=read_token)[0]
-    assert http(f"{hub.url}/api/kernels/{repo_id}/settings", "PUT", {"Content-Type": "application/json"},
-                json.dumps({"visibility": "private"}).encode(), TEST_TOKEN)[0] == 200
+    assert (
+        http(
+            f"{hub.url}/api/kernels/{repo_id}/settings",
+            "PUT",
+            {"Content-Type": "application/json"},
+            json.dumps({"visibility": "private"}).encode(),
+            TEST_TOKEN,
+        )[0]
+        == 200
+    )
     after = http(plan, token=read_token)[0]
     head_after = http(f"{hub.url}/cas/v1/files/{xet_hash}", "HEAD", token=read_token)[0]
     record(3, int(after == 200) + int(head_after == 200))
@@ -237,8 +253,7 @@ def test_a_xet_read_token_stops_reading_when_its_repo_turns_private(hub, record)
 def test_head_of_a_cas_file_tells_another_repos_token_nothing(hub, mallory, private_file, record):
     token, new_repo = mallory
     repo_id = new_repo()
-    read_token = json.loads(http(f"{hub.url}/api/kernels/{repo_id}/xet-read-token/main", token=token)[2])[
-        "accessToken"]
+    read_token = json.loads(http(f"{hub.url}/api/kernels/{repo_id}/xet-read-token/main", token=token)[2])["accessToken"]
     xet_hash = (hub.root / "xet" / "sha256" / private_file[1]).read_text()
     status, headers, _ = http(f"{hub.url}/cas/v1/files/{xet_hash}", "HEAD", token=read_token)
     record(1, int(status == 200))
@@ -251,9 +266,13 @@ def test_revoking_a_token_ends_its_upload_grants_and_xet_tokens_at_once(hub, rec
     HfApi(endpoint=hub.url, token=token).create_repo(repo_id, repo_type="kernel")
     data = os.urandom(2000)
     oid = hashlib.sha256(data).hexdigest()
-    batch = http(f"{hub.url}/kernels/{repo_id}.git/info/lfs/objects/batch", "POST",
-                 {"Content-Type": "application/json"},
-                 json.dumps({"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]}).encode(), token)
+    batch = http(
+        f"{hub.url}/kernels/{repo_id}.git/info/lfs/objects/batch",
+        "POST",
+        {"Content-Type": "application/json"},
+        json.dumps({"operation": "upload", "objects": [{"oid": oid, "size": len(data)}]}).encode(),
+        token,
+    )
     href = json.loads(batch[2])["objects"][0]["actions"]["upload"]["href"]
     xet_token, cas = xet_craft.write_token(hub.url, repo_id, token)
     xorb_hex, body, _ = xet_craft.xorb(data)

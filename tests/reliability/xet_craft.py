@@ -18,15 +18,15 @@ _PAD = bytes(16)
 
 def xorb(data: bytes, chunk: int = 64 << 10) -> tuple[str, bytes, list[tuple[bytes, int]]]:
     """(hex hash, serialized bytes, chunk leaves) of a xorb holding ``data`` in uncompressed chunks."""
-    pieces = [data[i:i + chunk] for i in range(0, len(data), chunk)] or [b""]
-    body = b"".join(bytes([0]) + len(p).to_bytes(3, "little") + bytes([0]) + len(p).to_bytes(3, "little") + p
-                    for p in pieces)
+    pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
+    body = b"".join(
+        bytes([0]) + len(p).to_bytes(3, "little") + bytes([0]) + len(p).to_bytes(3, "little") + p for p in pieces
+    )
     leaves = [(fmt.chunk_hash(p), len(p)) for p in pieces]
     return fmt.hash_to_hex(fmt.xorb_hash(leaves)), body, leaves
 
 
-def shard(xorb_hex: str, leaves: list[tuple[bytes, int]], sha256: str | None,
-          verification: bool = False) -> bytes:
+def shard(xorb_hex: str, leaves: list[tuple[bytes, int]], sha256: str | None, verification: bool = False) -> bytes:
     """A shard declaring one file made of every chunk of one xorb, claiming ``sha256`` (None: no claim)."""
     flags = (1 << 31 if verification else 0) | (1 << 30 if sha256 else 0)
     out = fmt.SHARD_HEADER_TAG + struct.pack("<QQ", 2, 0)

@@ -15,8 +15,7 @@ from typing import Optional
 
 import torch
 
-from . import _autograd, _fake  # noqa: F401  (register fake implementations and autograd)
-from . import layers
+from . import _autograd, _fake, layers  # noqa: F401  (register fake implementations and autograd)
 from ._ops import ops
 
 __all__ = [
@@ -126,8 +125,8 @@ def qk_rms_norm_rope_grid(
 
     ``pos`` is float32 [..., 3] (q's shape with 3 for the hidden size): each token's frame, height and
     width position as diffusers' ``LTXVideoRotaryPosEmbed`` takes them; ``freqs`` is float32 [D // 6]
-    (``ltx_kernels._rope_tables.rope_positions`` makes both). Same results as ``qk_rms_norm_rope`` with ``rope_tables(pos, D, theta)``
-    while moving half the bytes: q and k only.
+    (``ltx_kernels._rope_tables.rope_positions`` makes both). Same results as ``qk_rms_norm_rope`` with
+    ``rope_tables(pos, D, theta)`` while moving half the bytes: q and k only.
     """
     q_out, k_out = ops.qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs, float(eps))
     return q_out, k_out

@@ -33,6 +33,7 @@ def _sum_over_rows(t: torch.Tensor) -> torch.Tensor:
 
 # rms_norm(x, weight, eps) ---------------------------------------------------------------------------
 
+
 def _rms_norm_setup(ctx, inputs, output) -> None:
     x, weight, eps = inputs
     ctx.eps = eps
@@ -53,6 +54,7 @@ def _rms_norm_bwd(ctx, grad: torch.Tensor):
 
 # rms_norm_modulate(x, scale, shift, weight, eps) -----------------------------------------------------
 
+
 def _rms_norm_modulate_setup(ctx, inputs, output) -> None:
     x, scale, shift, weight, eps = inputs
     ctx.eps = eps
@@ -60,8 +62,16 @@ def _rms_norm_modulate_setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, scale, weight)
 
 
-def _modulate_grads(g: torch.Tensor, xf: torch.Tensor, scale: torch.Tensor, weight: Optional[torch.Tensor],
-                    eps: float, need_x: bool, need_scale: bool, need_w: bool):
+def _modulate_grads(
+    g: torch.Tensor,
+    xf: torch.Tensor,
+    scale: torch.Tensor,
+    weight: Optional[torch.Tensor],
+    eps: float,
+    need_x: bool,
+    need_scale: bool,
+    need_w: bool,
+):
     """(dL/dx, dL/dscale, dL/dweight) of ``rms_norm(x, weight, eps) * (1 + scale) + shift`` given g = dL/dout
     (xf and g in the accumulation dtype). dL/dx stays in that dtype; the others are summed to their
     tensor's shape and cast to its dtype. Unneeded ones are None."""
@@ -92,6 +102,7 @@ def _rms_norm_modulate_bwd(ctx, grad: torch.Tensor):
 
 # add_rms_norm_modulate(x, y, scale, shift, gate, weight, eps) -> (h, out) --------------------------------
 # h = x + y (* gate); out = rms_norm_modulate(h, ...): dL/dh collects both outputs' gradients.
+
 
 def _add_rms_norm_modulate_setup(ctx, inputs, output) -> None:
     x, y, scale, shift, gate, weight, eps = inputs
@@ -142,6 +153,7 @@ def _gelu_tanh_bwd(ctx, grad: torch.Tensor):
 
 # gated_residual(x, y, gate) ----------------------------------------------------------------------------
 
+
 def _gated_residual_setup(ctx, inputs, output) -> None:
     x, y, gate = inputs
     ctx.x_dtype = x.dtype
@@ -163,7 +175,8 @@ torch.library.register_autograd(
     add_op_namespace_prefix("rms_norm_modulate"), _rms_norm_modulate_bwd, setup_context=_rms_norm_modulate_setup
 )
 torch.library.register_autograd(
-    add_op_namespace_prefix("add_rms_norm_modulate"), _add_rms_norm_modulate_bwd,
+    add_op_namespace_prefix("add_rms_norm_modulate"),
+    _add_rms_norm_modulate_bwd,
     setup_context=_add_rms_norm_modulate_setup,
 )
 torch.library.register_autograd(add_op_namespace_prefix("gelu_tanh"), _gelu_tanh_bwd, setup_context=_gelu_tanh_setup)

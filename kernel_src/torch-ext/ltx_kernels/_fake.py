@@ -68,11 +68,13 @@ def _check_bsd(op: str, x: torch.Tensor) -> None:
 def _check_broadcast_rows(op: str, x: torch.Tensor, t: torch.Tensor, name: str) -> None:
     _check_device(op, x, t, name)
     _check_dtype(op, x, t, name)
-    ok = (t.dim() == 3 and t.shape[0] in (1, x.shape[0]) and t.shape[1] in (1, x.shape[1])
-          and t.shape[2] == x.shape[2])
+    ok = t.dim() == 3 and t.shape[0] in (1, x.shape[0]) and t.shape[1] in (1, x.shape[1]) and t.shape[2] == x.shape[2]
     if not ok:
-        _fail(op, f"{name} has shape {list(t.shape)} but x is {list(x.shape)}; {name} must be [B,1,D] "
-                  "(one row per batch) or [B,S,D] (per token)")
+        _fail(
+            op,
+            f"{name} has shape {list(t.shape)} but x is {list(x.shape)}; {name} must be [B,1,D] "
+            "(one row per batch) or [B,S,D] (per token)",
+        )
 
 
 def _check_residual(op: str, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -99,8 +101,7 @@ def _check_float_table(op: str, q: torch.Tensor, t: torch.Tensor, name: str, sha
     if t.dtype != torch.float32:
         _fail(op, f"{name} has dtype {t.dtype} but {what} are float32; pass {name}.float()")
     if list(t.shape) != list(shape):
-        _fail(op, f"{name} has shape {list(t.shape)} but must be {list(shape)} ({what} for q of shape "
-                  f"{list(q.shape)})")
+        _fail(op, f"{name} has shape {list(t.shape)} but must be {list(shape)} ({what} for q of shape {list(q.shape)})")
 
 
 def _check_rope(op: str, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
@@ -118,8 +119,9 @@ def _rms_norm_fake(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) 
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm_modulate"))
-def _rms_norm_modulate_fake(x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
-                            weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+def _rms_norm_modulate_fake(
+    x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, weight: Optional[torch.Tensor], eps: float
+) -> torch.Tensor:
     op = "rms_norm_modulate"
     _check_input(op, x, "x")
     _check_bsd(op, x)
@@ -131,8 +133,9 @@ def _rms_norm_modulate_fake(x: torch.Tensor, scale: torch.Tensor, shift: torch.T
 
 
 @torch.library.register_fake(add_op_namespace_prefix("rope_interleaved_qk"))
-def _rope_interleaved_qk_fake(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
-                              sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _rope_interleaved_qk_fake(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     _check_rope("rope_interleaved_qk", q, k, cos, sin)
     return _out(q), _out(k)
 
@@ -144,9 +147,15 @@ def _gelu_tanh_fake(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.library.register_fake(add_op_namespace_prefix("add_rms_norm_modulate"))
-def _add_rms_norm_modulate_fake(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor,
-                                gate: Optional[torch.Tensor], weight: Optional[torch.Tensor],
-                                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _add_rms_norm_modulate_fake(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    gate: Optional[torch.Tensor],
+    weight: Optional[torch.Tensor],
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     op = "add_rms_norm_modulate"
     _check_input(op, x, "x")
     _check_bsd(op, x)
@@ -171,8 +180,15 @@ def _gated_residual_fake(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -
 
 
 @torch.library.register_fake(add_op_namespace_prefix("qk_rms_norm_rope"))
-def _qk_rms_norm_rope_fake(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Tensor, weight_k: torch.Tensor,
-                           cos: torch.Tensor, sin: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _qk_rms_norm_rope_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weight_q: torch.Tensor,
+    weight_k: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     op = "qk_rms_norm_rope"
     _check_rope(op, q, k, cos, sin)
     _check_weight(op, q, weight_q, "weight_q", "q")
@@ -181,8 +197,15 @@ def _qk_rms_norm_rope_fake(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Ten
 
 
 @torch.library.register_fake(add_op_namespace_prefix("qk_rms_norm_rope_grid"))
-def _qk_rms_norm_rope_grid_fake(q: torch.Tensor, k: torch.Tensor, weight_q: torch.Tensor, weight_k: torch.Tensor,
-                                pos: torch.Tensor, freqs: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _qk_rms_norm_rope_grid_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weight_q: torch.Tensor,
+    weight_k: torch.Tensor,
+    pos: torch.Tensor,
+    freqs: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     op = "qk_rms_norm_rope_grid"
     _check_qk(op, q, k)
     _check_weight(op, q, weight_q, "weight_q", "q")

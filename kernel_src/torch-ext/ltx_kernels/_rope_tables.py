@@ -20,8 +20,10 @@ from ._ops import add_op_namespace_prefix
 
 def _check(grid: torch.Tensor, dim: int) -> None:
     if grid.dim() != 3 or grid.shape[-1] != 3:
-        raise RuntimeError(f"ltx_kernels.rope_tables: grid must be [batch, tokens, 3] (frame, height, width "
-                           f"positions), got shape {list(grid.shape)}")
+        raise RuntimeError(
+            f"ltx_kernels.rope_tables: grid must be [batch, tokens, 3] (frame, height, width "
+            f"positions), got shape {list(grid.shape)}"
+        )
     if not grid.is_floating_point():
         raise RuntimeError(f"ltx_kernels.rope_tables: grid must be floating point, got {grid.dtype}")
     if dim < 6:
@@ -30,8 +32,9 @@ def _check(grid: torch.Tensor, dim: int) -> None:
 
 def _freqs(dim: int, theta: float, device: torch.device) -> torch.Tensor:
     """diffusers' per-axis RoPE frequencies, pi/2 included: float32 [dim // 6]."""
-    freqs = theta ** torch.linspace(math.log(1.0, theta), math.log(theta, theta), dim // 6,
-                                    device=device, dtype=torch.float32)
+    freqs = theta ** torch.linspace(
+        math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device, dtype=torch.float32
+    )
     return freqs * math.pi / 2.0
 
 
@@ -72,8 +75,10 @@ def rope_positions(grid: torch.Tensor, dim: int, theta: float) -> tuple[torch.Te
     """
     _check(grid, dim)
     if grid.dtype != torch.float32:
-        raise RuntimeError(f"ltx_kernels.rope_positions: grid must be float32 (diffusers computes float32 "
-                           f"angles from it), got {grid.dtype}")
+        raise RuntimeError(
+            f"ltx_kernels.rope_positions: grid must be float32 (diffusers computes float32 "
+            f"angles from it), got {grid.dtype}"
+        )
     return grid.clone(memory_format=torch.contiguous_format), _freqs(dim, theta, grid.device)
 
 

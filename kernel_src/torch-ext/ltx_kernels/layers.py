@@ -129,8 +129,13 @@ class DiffusersGELU(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         proj = self.proj
-        if (self.approximate == "tanh" and hidden_states.is_cuda and proj.bias is not None
-                and hidden_states.dtype in (torch.bfloat16, torch.float16) and not torch.is_grad_enabled()):
+        if (
+            self.approximate == "tanh"
+            and hidden_states.is_cuda
+            and proj.bias is not None
+            and hidden_states.dtype in (torch.bfloat16, torch.float16)
+            and not torch.is_grad_enabled()
+        ):
             # Inference on CUDA: bias + tanh-GELU run in the matmul's cuBLASLt epilogue, so the [.., 4D]
             # activation is written once instead of written, read and written again (LTX: ~100 us a block).
             return linear_gelu_tanh(hidden_states, proj.weight, proj.bias)
@@ -179,9 +184,14 @@ class LTXVideoTransformerBlock(nn.Module):
     has_backward = True
     can_torch_compile = True
 
-    def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, temb: torch.Tensor,
-                image_rotary_emb: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-                encoder_attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        temb: torch.Tensor,
+        image_rotary_emb: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+        encoder_attention_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         dtype = hidden_states.dtype
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = _adaln_rows(self, temb, dtype, 6)
         w1, w2 = _norm_weight(self.norm1, dtype), _norm_weight(self.norm2, dtype)
@@ -193,16 +203,25 @@ class LTXVideoTransformerBlock(nn.Module):
             norm_hidden_states = pending[2]  # the previous block's fused residual + this AdaLN
         else:
             norm_hidden_states = ops.rms_norm_modulate(hidden_states, scale_msa, shift_msa, w1, float(self.norm1.eps))
-        attn_hidden_states = self.attn1(hidden_states=norm_hidden_states, encoder_hidden_states=None,
-                                        image_rotary_emb=image_rotary_emb)
+        attn_hidden_states = self.attn1(
+            hidden_states=norm_hidden_states, encoder_hidden_states=None, image_rotary_emb=image_rotary_emb
+        )
         hidden_states = ops.gated_residual(hidden_states, attn_hidden_states, gate_msa)
 
-        attn_hidden_states = self.attn2(hidden_states, encoder_hidden_states=encoder_hidden_states,
-                                        image_rotary_emb=None, attention_mask=encoder_attention_mask)
-        if (attn_hidden_states.shape == hidden_states.shape and attn_hidden_states.dtype == dtype
-                and attn_hidden_states.is_contiguous()):
+        attn_hidden_states = self.attn2(
+            hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            image_rotary_emb=None,
+            attention_mask=encoder_attention_mask,
+        )
+        if (
+            attn_hidden_states.shape == hidden_states.shape
+            and attn_hidden_states.dtype == dtype
+            and attn_hidden_states.is_contiguous()
+        ):
             hidden_states, norm_hidden_states = ops.add_rms_norm_modulate(
-                hidden_states, attn_hidden_states, scale_mlp, shift_mlp, None, w2, float(self.norm2.eps))
+                hidden_states, attn_hidden_states, scale_mlp, shift_mlp, None, w2, float(self.norm2.eps)
+            )
         else:
             hidden_states = hidden_states + attn_hidden_states
             norm_hidden_states = ops.rms_norm_modulate(hidden_states, scale_mlp, shift_mlp, w2, float(self.norm2.eps))
@@ -215,8 +234,14 @@ class LTXVideoTransformerBlock(nn.Module):
             # its normalised input from here when it gets exactly this hidden_states and temb.
             shift_next, scale_next = _adaln_rows(following, temb, dtype, 2)
             hidden_states, norm_next = ops.add_rms_norm_modulate(
-                hidden_states, ff_output.contiguous(), scale_next, shift_next, gate_mlp,
-                _norm_weight(following.norm1, dtype), float(following.norm1.eps))
+                hidden_states,
+                ff_output.contiguous(),
+                scale_next,
+                shift_next,
+                gate_mlp,
+                _norm_weight(following.norm1, dtype),
+                float(following.norm1.eps),
+            )
             setattr(following, PENDING, (hidden_states, temb, norm_next))
             return hidden_states
         return ops.gated_residual(hidden_states, ff_output, gate_mlp)
@@ -244,16 +269,33 @@ class LTXVideoRotaryPosEmbed(nn.Module):
     has_backward = False
     can_torch_compile = True
 
-    def forward(self, hidden_states: torch.Tensor, num_frames: Optional[int] = None, height: Optional[int] = None,
-                width: Optional[int] = None, rope_interpolation_scale: Any = None,
-                video_coords: Optional[torch.Tensor] = None) -> Any:
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        num_frames: Optional[int] = None,
+        height: Optional[int] = None,
+        width: Optional[int] = None,
+        rope_interpolation_scale: Any = None,
+        video_coords: Optional[torch.Tensor] = None,
+    ) -> Any:
         if video_coords is None:
-            grid = self._prepare_video_coords(hidden_states.size(0), num_frames, height, width,
-                                              rope_interpolation_scale=rope_interpolation_scale,
-                                              device=hidden_states.device)
+            grid = self._prepare_video_coords(
+                hidden_states.size(0),
+                num_frames,
+                height,
+                width,
+                rope_interpolation_scale=rope_interpolation_scale,
+                device=hidden_states.device,
+            )
         else:
-            grid = torch.stack([video_coords[:, 0] / self.base_num_frames, video_coords[:, 1] / self.base_height,
-                                video_coords[:, 2] / self.base_width], dim=-1)
+            grid = torch.stack(
+                [
+                    video_coords[:, 0] / self.base_num_frames,
+                    video_coords[:, 1] / self.base_height,
+                    video_coords[:, 2] / self.base_width,
+                ],
+                dim=-1,
+            )
         if grid.dtype == torch.float32 and grid.device.type in ROPE_POSITIONS_DEVICES:
             pos, freqs = rope_positions(grid, self.dim, float(self.theta))
             return LTXRopePositions(pos, freqs, self.dim, float(self.theta))
@@ -271,14 +313,20 @@ class LTXVideoAttnProcessor:
     _attention_backend = None
     _parallel_config = None
 
-    def __call__(self, attn: nn.Module, hidden_states: torch.Tensor,
-                 encoder_hidden_states: Optional[torch.Tensor] = None,
-                 attention_mask: Optional[torch.Tensor] = None, image_rotary_emb: Any = None) -> torch.Tensor:
+    def __call__(
+        self,
+        attn: nn.Module,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: Optional[torch.Tensor] = None,
+        attention_mask: Optional[torch.Tensor] = None,
+        image_rotary_emb: Any = None,
+    ) -> torch.Tensor:
         # diffusers' own helpers, from the module that defines the attention class (this package imports
         # no diffusers).
         model_module = sys.modules[type(attn).__module__]
         batch_size, sequence_length, _ = (
-            hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape)
+            hidden_states.shape if encoder_hidden_states is None else encoder_hidden_states.shape
+        )
         if attention_mask is not None:
             attention_mask = attn.prepare_attention_mask(attention_mask, sequence_length, batch_size)
             attention_mask = attention_mask.view(batch_size, attn.heads, -1, attention_mask.shape[-1])
@@ -291,14 +339,20 @@ class LTXVideoAttnProcessor:
 
         norm_q, norm_k = attn.norm_q, attn.norm_k
         positions = image_rotary_emb if isinstance(image_rotary_emb, LTXRopePositions) else None
-        fused = (image_rotary_emb is not None and query.shape == key.shape
-                 and norm_q.weight is not None and norm_k.weight is not None
-                 and norm_q.weight.dtype == query.dtype and norm_k.weight.dtype == key.dtype
-                 and norm_q.eps == norm_k.eps)
+        fused = (
+            image_rotary_emb is not None
+            and query.shape == key.shape
+            and norm_q.weight is not None
+            and norm_k.weight is not None
+            and norm_q.weight.dtype == query.dtype
+            and norm_k.weight.dtype == key.dtype
+            and norm_q.eps == norm_k.eps
+        )
         eps = float(norm_q.eps if norm_q.eps is not None else torch.finfo(torch.float32).eps)
         if fused and positions is not None:
-            query, key = ops.qk_rms_norm_rope_grid(query, key, norm_q.weight, norm_k.weight, positions.pos,
-                                                   positions.freqs, eps)
+            query, key = ops.qk_rms_norm_rope_grid(
+                query, key, norm_q.weight, norm_k.weight, positions.pos, positions.freqs, eps
+            )
         else:
             if positions is not None:
                 image_rotary_emb = positions.tables()
@@ -317,8 +371,15 @@ class LTXVideoAttnProcessor:
         value = value.unflatten(2, (attn.heads, -1))
 
         hidden_states = model_module.dispatch_attention_fn(
-            query, key, value, attn_mask=attention_mask, dropout_p=0.0, is_causal=False,
-            backend=self._attention_backend, parallel_config=self._parallel_config)
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=0.0,
+            is_causal=False,
+            backend=self._attention_backend,
+            parallel_config=self._parallel_config,
+        )
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         hidden_states = attn.to_out[0](hidden_states)
         return attn.to_out[1](hidden_states)
@@ -341,8 +402,11 @@ def _plain_block(block: nn.Module) -> bool:
     layer reads their weight and eps, and the table)."""
     norms = (getattr(block, "norm1", None), getattr(block, "norm2", None))
     diffusers_rms_norm = ("diffusers.models.normalization", "RMSNorm")
-    return (all((type(n).__module__, type(n).__qualname__) == diffusers_rms_norm and n.bias is None for n in norms)
-            and getattr(block, "scale_shift_table", None) is not None and block.scale_shift_table.shape[0] == 6)
+    return (
+        all((type(n).__module__, type(n).__qualname__) == diffusers_rms_norm and n.bias is None for n in norms)
+        and getattr(block, "scale_shift_table", None) is not None
+        and block.scale_shift_table.shape[0] == 6
+    )
 
 
 def _plain_rope(rope: nn.Module) -> bool:
@@ -364,9 +428,16 @@ def diffusers_mapping() -> dict[str, dict[str, Any]]:
         "TorchRMSNorm": {"layer": "torch.nn:RMSNorm"},
         "DiffusersGELU": {"layer": "diffusers.models.activations:GELU", "when": _is_tanh},
         "GeluTanh": {"layer": "torch.nn:GELU", "when": _is_tanh},
-        "LTXVideoTransformerBlock": {"layer": f"{_LTX}:LTXVideoTransformerBlock", "when": _plain_block,
-                                     "link": (NEXT_BLOCK, PENDING)},
+        "LTXVideoTransformerBlock": {
+            "layer": f"{_LTX}:LTXVideoTransformerBlock",
+            "when": _plain_block,
+            "link": (NEXT_BLOCK, PENDING),
+        },
         "LTXVideoAttnProcessor": {"processor": f"{_LTX}:LTXVideoAttnProcessor", "on": f"{_LTX}:LTXAttention"},
-        "LTXVideoRotaryPosEmbed": {"layer": f"{_LTX}:LTXVideoRotaryPosEmbed", "when": _plain_rope,
-                                   "serves": "LTXVideoAttnProcessor", "exclusive_on": ROPE_POSITIONS_DEVICES},
+        "LTXVideoRotaryPosEmbed": {
+            "layer": f"{_LTX}:LTXVideoRotaryPosEmbed",
+            "when": _plain_rope,
+            "serves": "LTXVideoAttnProcessor",
+            "exclusive_on": ROPE_POSITIONS_DEVICES,
+        },
     }

@@ -23,8 +23,12 @@ TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfl
 # 1, odd, one 16-byte word of bf16, not a multiple of 8, LTX's width, past the register-resident
 # rows (two passes), and odd and long (the element-by-element path).
 DIMS = [1, 7, 8, 100, 2048, 2056, 4099]
-DEVICES = ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")])]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+    ),
+]
 
 
 @pytest.fixture(scope="session")

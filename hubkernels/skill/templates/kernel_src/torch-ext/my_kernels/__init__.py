@@ -12,8 +12,7 @@ from typing import Optional
 
 import torch
 
-from . import _autograd, _fake  # noqa: F401  (register the backward and the fake implementation)
-from . import layers
+from . import _autograd, _fake, layers  # noqa: F401  (register the backward and the fake implementation)
 from ._ops import ops
 
 __all__ = ["layers", "rms_norm"]

@@ -32,6 +32,4 @@ def _rms_norm_backward(ctx, grad: torch.Tensor):  # type: ignore[no-untyped-def]
     return grad_x, grad_weight, None
 
 
-torch.library.register_autograd(
-    add_op_namespace_prefix("rms_norm"), _rms_norm_backward, setup_context=_rms_norm_setup
-)
+torch.library.register_autograd(add_op_namespace_prefix("rms_norm"), _rms_norm_backward, setup_context=_rms_norm_setup)

@@ -28,8 +28,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
-        if (len(self.normalized_shape) != 1 or x.dtype not in _DTYPES
-                or (weight is not None and weight.dtype != x.dtype)):
+        if (
+            len(self.normalized_shape) != 1
+            or x.dtype not in _DTYPES
+            or (weight is not None and weight.dtype != x.dtype)
+        ):
             return F.rms_norm(x, self.normalized_shape, weight, self.eps)
         eps = self.eps if self.eps is not None else torch.finfo(torch.float32).eps
         return ops.rms_norm(x.contiguous(), weight, float(eps))
