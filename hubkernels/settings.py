@@ -77,3 +77,11 @@ def cuda_arch() -> str | None:
     """HUBKERNELS_CUDA_ARCH (e.g. `9.0`): the GPU arch the loader assumes when it picks a per-arch slice, instead
     of asking torch (so a CPU machine can rehearse a GPU's download); None when unset."""
     return os.environ.get("HUBKERNELS_CUDA_ARCH", "").strip() or None
+
+
+def backend() -> str | None:
+    """HUBKERNELS_BACKEND=cpu: treat a CUDA or ROCm build of torch as CPU-only (a machine without a GPU)."""
+    value = os.environ.get("HUBKERNELS_BACKEND", "").strip().lower()
+    if value not in ("", "cpu"):
+        raise ValueError(f"HUBKERNELS_BACKEND={value!r}: only 'cpu' can be forced; unset it to detect the backend")
+    return value or None

@@ -12,6 +12,8 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 
+from . import settings
+
 #: Backends a variant can target (kernel-builder's list, plus HF's legacy `universal` noarch name).
 BACKENDS = ("cpu", "cuda", "rocm", "xpu", "metal", "cann", "neuron", "tpu", "npu", "universal")
 
@@ -141,7 +143,7 @@ class System:
         import torch
 
         major, minor = (int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-        backend, bver = _detect_backend(torch)
+        backend, bver = ("cpu", None) if settings.backend() == "cpu" else _detect_backend(torch)
         caps: tuple[tuple[int, int], ...] = ()
         gfx: tuple[str, ...] = ()
         if backend in ("cuda", "rocm") and torch.cuda.is_available():

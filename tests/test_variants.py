@@ -484,3 +484,20 @@ def test_the_variants_command_lists_every_difference(capsys) -> None:
     out = capsys.readouterr().out
     assert "The same choice as HF kernels 0.17.2, except:" in out
     assert all(f"  - {line}\n" in out for line in DIFFERENCES)
+
+
+def test_hubkernels_backend_cpu_makes_a_gpu_build_of_torch_pick_cpu_variants(monkeypatch) -> None:
+    """A CUDA build of torch on a machine without a GPU (a CI box): HUBKERNELS_BACKEND=cpu picks CPU variants."""
+    import torch
+
+    from hubkernels.system import System
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    assert System.current().backend == "cuda"
+    monkeypatch.setenv("HUBKERNELS_BACKEND", "cpu")
+    system = System.current()
+    assert (system.backend, system.backend_version, system.capabilities) == ("cpu", None, ())
+    assert system.build_variant().backend == "cpu"
+    monkeypatch.setenv("HUBKERNELS_BACKEND", "cuda")
+    with pytest.raises(ValueError, match="only 'cpu' can be forced"):
+        System.current()

@@ -25,7 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
 
 HERE = Path(__file__).resolve().parent
 MIN_GCC = 12  # C++20 (template <auto>, inline variables) with the CUDA 13 host headers
