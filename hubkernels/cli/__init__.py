@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ..errors import HubkernelsError
 from . import bench, build, demo, download, info, init, lock, serve, skill, upload, variants, verify
@@ -20,7 +21,7 @@ COMMANDS = (init, build, verify, variants, serve, upload, download, info, lock, 
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line on stderr, exit 2, like every other usage error here
+    def error(self, message: str) -> NoReturn:  # one line on stderr, exit 2, like every other usage error here
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

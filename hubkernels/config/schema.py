@@ -191,15 +191,14 @@ class _Reader:
 
         per_backend: dict[str, GeneralBackend] = {}
         for backend in ("xpu", "neuron", "tpu"):
-            sub = t.sub(backend)
-            if sub is None:
+            table = t.sub(backend)
+            if table is None:
                 per_backend[backend] = GeneralBackend()
                 continue
-            allowed = ("python-depends",) if backend == "tpu" else ("kernel-depends", "python-depends")
-            sub.check_keys(allowed)
+            table.check_keys(("python-depends",) if backend == "tpu" else ("kernel-depends", "python-depends"))
             per_backend[backend] = GeneralBackend(
-                python_depends=self.python_depends(sub, backend),
-                kernel_depends=self.kernel_depends(sub),
+                python_depends=self.python_depends(table, backend),
+                kernel_depends=self.kernel_depends(table),
             )
 
         return General(
@@ -352,8 +351,8 @@ class _Reader:
                 extra = f" {backend} is built noarch: remove this table and keep {backend!r} in [general] backends."
             else:
                 extra = _did_you_mean(backend, KERNEL_BACKENDS)
-            allowed = ", ".join(KERNEL_BACKENDS)
-            t.fail("backend", f"has {backend!r}, which cannot build native kernels (allowed: {allowed}).{extra}")
+            names = ", ".join(KERNEL_BACKENDS)
+            t.fail("backend", f"has {backend!r}, which cannot build native kernels (allowed: {names}).{extra}")
         allowed = _KERNEL_COMMON_KEYS + _KERNEL_BACKEND_KEYS[backend]
         hints = {
             key: f" '{key}' applies to backend '{owner}' only; this kernel's backend is '{backend}'."

@@ -209,7 +209,7 @@ def _link(model: "nn.Module", layer: type, attrs: tuple[str, str]) -> None:
 
     def runs_layer(module: Optional["nn.Module"]) -> bool:
         forward = kernelized_forward(module) if module is not None else None
-        return getattr(forward, "__func__", None) is layer.forward
+        return getattr(forward, "__func__", None) is getattr(layer, "forward")
 
     next_attr, pending_attr = attrs
     for blocks in model.modules():
@@ -234,7 +234,7 @@ def _swap_processors(model: "nn.Module", entry: dict[str, Any], processor_cls: t
     for path, attn in model.named_modules():
         if type(attn) is not attention:
             continue
-        current = attn.processor
+        current: Any = attn.processor
         if type(current) is not processor_cls and type(current) is not stock:
             logger.info("%s uses a custom processor (%s); leaving it", path, type(current).__name__)
             continue
@@ -265,10 +265,10 @@ def _custom_processors(model: "nn.Module", entry: dict[str, Any], processor_cls:
     return any(type(m.processor) not in (stock, processor_cls) for m in model.modules() if type(m) is attention)
 
 
-def _restore_processor(attn: "nn.Module") -> None:
+def _restore_processor(attn: Any) -> None:
     original = attn.__dict__.pop(_ORIGINAL_PROCESSOR, None)
     if original is not None:
-        current = attn.processor
+        current: Any = attn.processor
         original._attention_backend = current._attention_backend
         original._parallel_config = current._parallel_config
         attn.set_processor(original)
@@ -287,8 +287,8 @@ def _layer(kernel: ModuleType, kind: str) -> type:
     return getattr(kernel.layers, kind)
 
 
-def _class(spec: str) -> Optional[type]:
-    """`"package.module:Class"` imported, or None when this installation has no such class."""
+def _class(spec: str) -> Any:
+    """`"package.module:Class"` (a class) imported, or None when this installation has no such class."""
     module_name, _, name = spec.partition(":")
     try:
         return getattr(importlib.import_module(module_name), name, None)
@@ -318,6 +318,7 @@ def _load_kernel(
         return get_local_kernel(path)
     from ..fetch import get_kernel
 
+    assert repo_id is not None  # the caller passes a path or a repo id
     return get_kernel(repo_id, version=version, revision=revision, trust_remote_code=trust_remote_code)
 
 

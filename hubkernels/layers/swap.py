@@ -139,12 +139,13 @@ def validate_layer(layer: type, original: type) -> None:
         )
     if "prepare" in extra and not isinstance(inspect.getattr_static(layer, "prepare"), classmethod):
         raise TypeError(f"Kernel layer {name}.prepare must be a classmethod prepare(cls, module).")
-    params = list(inspect.signature(layer.forward).parameters.values())
-    ref = list(inspect.signature(original.forward).parameters.values())
+    forward, original_forward = getattr(layer, "forward"), getattr(original, "forward")
+    params = list(inspect.signature(forward).parameters.values())
+    ref = list(inspect.signature(original_forward).parameters.values())
     if len(params) != len(ref) or any(p.kind != r.kind for p, r in zip(params, ref)):
         raise TypeError(
-            f"Forward of kernel layer {name}{inspect.signature(layer.forward)} does not match "
-            f"{original.__qualname__}.forward{inspect.signature(original.forward)} "
+            f"Forward of kernel layer {name}{inspect.signature(forward)} does not match "
+            f"{original.__qualname__}.forward{inspect.signature(original_forward)} "
             "(same number and kinds of parameters required)."
         )
     _validated.add((layer, original))
@@ -187,7 +188,7 @@ def replace_forward(module: "nn.Module", layer: type) -> None:
     """Bind `layer.forward` to this module instance, remembering the original (idempotent across modes), after
     running the layer's `prepare` on the module once (see `prepare_module`)."""
     state = module.__dict__
-    bound = MethodType(layer.forward, module)
+    bound = MethodType(getattr(layer, "forward"), module)
     if _ORIGINAL not in state:
         state[_ORIGINAL] = state.get("forward")
     prepare_module(module, layer)
