@@ -137,6 +137,7 @@ def test_a_junk_xorb_posted_under_a_stored_hash_does_not_lend_its_chunks(hub, ma
 def test_a_shard_claiming_a_public_files_sha256_does_not_make_hf_kernels_run_the_attackers_code(
     hub, mallory, tmp_path, record
 ):
+    pytest.importorskip("kernels")  # the victim is HF `kernels`
     from helpers import make_kernel
 
     from hubkernels.build import build
