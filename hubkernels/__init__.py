@@ -65,7 +65,7 @@ _EXPORTS = {
     "ToolchainUnavailable": "hubkernels.toolchain",
     "TokenError": "hubkernels.server.auth",
     "ServeError": "hubkernels.server.background",
-    "XetFormatError": "hubkernels.server.xet_format",
+    "XetFormatError": "hubkernels.server.xet.format",
     "PublishError": "hubkernels.publish",
     "SliceError": "hubkernels.slice",
     "LockFileError": "hubkernels.lock",
@@ -76,7 +76,7 @@ _EXPORTS = {
     "LayerNotFoundError": "hubkernels.layers",
     "ConfigEntryError": "hubkernels.integrations.config",
     "SkillInstallError": "hubkernels.skill_cli",
-    "HubError": "hubkernels.server.model",
+    "HubError": "hubkernels.server.storage.model",
 }
 
 _ALIASES = {"build_kernel": "build"}

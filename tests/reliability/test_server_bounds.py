@@ -316,7 +316,7 @@ def test_a_body_trickled_one_byte_at_a_time_is_dropped_by_a_total_deadline(serve
 def test_an_lz4_bomb_xorb_is_refused_without_allocating_its_claim(served, record):
     import lz4.frame
 
-    from hubkernels.server import xet_format as fmt
+    from hubkernels.server.xet import format as fmt
 
     proc, url, root = served
     token = subprocess.run(

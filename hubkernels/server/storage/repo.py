@@ -26,7 +26,7 @@ from .model import (
 )
 
 if TYPE_CHECKING:
-    from .storage import Storage
+    from .store import Storage
 
 #: A private repository holds this file beside its git data (git ignores it; a restart keeps it).
 PRIVATE_MARKER = "hubkernels-private"

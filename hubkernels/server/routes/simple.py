@@ -32,10 +32,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..layout import WHEELS_DIR, plain_name, wheel_label
-from .common import INVALID_CREDENTIALS, hub, namespace, param
-from .model import _LRU
-from .storage import Entry, HubError, Repo
+from ...layout import WHEELS_DIR, plain_name, wheel_label
+from ..common import INVALID_CREDENTIALS, hub, namespace, param
+from ..storage import Entry, HubError, Repo
+from ..storage.model import _LRU
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 PEP691_HTML = "application/vnd.pypi.simple.v1+html"

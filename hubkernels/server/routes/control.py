@@ -9,8 +9,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .common import hub, identity, json_object, param
-from .storage import HubError
+from ..common import hub, identity, json_object, param
+from ..storage import HubError
 
 
 def _admin(request: Request) -> None:

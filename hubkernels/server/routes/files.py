@@ -18,8 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import xet
-from .common import (
+from .. import xet
+from ..common import (
     MAX_JSON_CONTAINERS,
     URL_PREFIX,
     api_repo,
@@ -37,8 +37,7 @@ from .common import (
     repo_url,
     writable,
 )
-from .storage import (
-    _SHA256_RE,
+from ..storage import (
     HubError,
     check_path_in_repo,
     decode_commit_lines,
@@ -46,6 +45,7 @@ from .storage import (
     lfs_patterns,
     matches_patterns,
 )
+from ..storage.model import _SHA256_RE
 
 _CHUNK = 1 << 20
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")

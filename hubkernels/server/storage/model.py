@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Iterator, Literal
 
-from ..errors import HubkernelsError
+from ...errors import HubkernelsError
 
 REPO_TYPES = ("model", "dataset", "space", "kernel")
 """Repository types the server accepts (the Hub's plural forms name them in URLs: ``models``, ``kernels`` ...)."""

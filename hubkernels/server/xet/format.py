@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import lz4.frame
 from blake3 import blake3
 
-from ..errors import HubkernelsError  # noqa: E402
+from ...errors import HubkernelsError  # noqa: E402
 
 DATA_KEY = bytes(
     [

@@ -57,7 +57,7 @@ from .model import (  # noqa: F401  (re-exported: the routes and other modules i
 from .repo import _LINKS_SCANNED, OBJECT_LINKS, PRIVATE_MARKER, Repo  # noqa: F401
 
 if TYPE_CHECKING:
-    from .xet_store import XetStore
+    from ..xet.store import XetStore
 
 
 class Storage:

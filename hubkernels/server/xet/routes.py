@@ -26,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import xet_format as fmt
-from .common import check_write, credential_digest, identity_of, namespace, readable, writable
-from .storage import Entry, HubError, Repo, Storage
-from .xet_store import CAS_PREFIX, XetStore
+from ..common import check_write, credential_digest, identity_of, namespace, readable, writable
+from ..storage import Entry, HubError, Repo, Storage
+from . import format as fmt
+from .store import CAS_PREFIX, XetStore
 
 
 def xet_routes(api_repo: Callable[[Request], Repo]) -> list[Route]:

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .common import (
+from ..common import (
     INVALID_CREDENTIALS,
     api_repo,
     check_write,
@@ -25,7 +25,7 @@ from .common import (
     repo_url,
     writable,
 )
-from .storage import REPO_TYPES, Entry, HubError, entry_not_found, hub_date
+from ..storage import REPO_TYPES, Entry, HubError, entry_not_found, hub_date
 
 # -- account and misc -------------------------------------------------------------------------------------------
 

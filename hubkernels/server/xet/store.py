@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator
 
 from starlette.requests import Request
 
-from . import xet_format as fmt
-from .storage import HubError, Storage
+from ..storage import HubError, Storage
+from . import format as fmt
 
 TOKEN_TTL_S = 3600
 CAS_PREFIX = "/cas"
