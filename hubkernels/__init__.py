@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -60,7 +66,7 @@ _EXPORTS = {
     },
     "KernelDependencyError": "hubkernels.kernel_deps",
     "CompileError": "hubkernels.build",
-    "ScaffoldError": "hubkernels.scaffold",
+    "ScaffoldError": "hubkernels.author.scaffold",
     "ToolchainError": "hubkernels.toolchain",
     "ToolchainUnavailable": "hubkernels.toolchain",
     "TokenError": "hubkernels.server.auth",
@@ -75,11 +81,41 @@ _EXPORTS = {
     "DownloadError": "hubkernels.fetch",
     "LayerNotFoundError": "hubkernels.layers",
     "ConfigEntryError": "hubkernels.integrations.config",
-    "SkillInstallError": "hubkernels.skill_cli",
+    "SkillInstallError": "hubkernels.author.skill_install",
     "HubError": "hubkernels.server.storage.model",
 }
 
 _ALIASES = {"build_kernel": "build"}
+
+# Modules that moved: their old dotted paths still import (the new module itself), with a DeprecationWarning.
+_MOVED = {
+    "hubkernels.bench": "hubkernels.author.bench",
+    "hubkernels.scaffold": "hubkernels.author.scaffold",
+    "hubkernels.skill_cli": "hubkernels.author.skill_install",
+    "hubkernels.verify": "hubkernels.author.verify",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Answers `import <old path>` (and its submodules) with the module at its new path."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        old = next((o for o in _MOVED if fullname == o or fullname.startswith(o + ".")), None)
+        return None if old is None else importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        old = next(o for o in _MOVED if spec.name == o or spec.name.startswith(o + "."))
+        new = _MOVED[old] + spec.name[len(old) :]
+        warnings.warn(f"{spec.name} moved to {new}: import it from there", DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        sys.modules[spec.name] = module
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # the module at its new path is already executed
+
+
+sys.meta_path.insert(0, _MovedModules())  # before an editable install's finder, which maps every name
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
@@ -88,8 +124,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hubkernels' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
     globals()[name] = value
     return value

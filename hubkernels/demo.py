@@ -232,7 +232,7 @@ def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, 
 
 def _ltx_forward() -> Any:
     """This checkout's benchmarks/ltx_forward.py: the LTX-Video model, its inputs and the forward timing."""
-    from .bench import load_script
+    from .author.bench import load_script
 
     return load_script(ROOT / "benchmarks" / "ltx_forward.py", "ltx_forward")
 

@@ -1,6 +1,6 @@
 """Loader benchmark: hubkernels vs Hugging Face `kernels`, cold and warm, on a local Hub.
 
-    python -m hubkernels.bench_loader [PATH] [--runs 7] [--output .bench/loader.json]
+    python scripts/bench_loader.py [PATH] [--runs 7] [--output .bench/loader.json]
 
 Starts the local Hub in a temporary directory, builds the kernel at PATH (default: the current directory) for
 this machine, publishes it as `hubkernels/<name>`, then loads it in new Python processes with each loader.
@@ -106,7 +106,7 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
 def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str, Any]:
     """Build (unless `rebuild` is False: publish the existing build), publish and measure; returns the JSON-able
     results. Must run before huggingface_hub is imported (it points the client at the local Hub)."""
-    from .server import BackgroundHub
+    from hubkernels.server import BackgroundHub
 
     hub = BackgroundHub(work / "hub", trusted_orgs=("hubkernels",), start=False)  # bound now: the URL is known
     token = hub.create_token("bench", ["hubkernels"], write=True)
@@ -121,10 +121,10 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
     )
     for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HUBKERNELS_CACHE", "KERNELS_CACHE", "HUBKERNELS_VERSION_TTL"):
         os.environ.pop(name, None)
-    from .build import build
-    from .config import load_config
-    from .load import resolve_local
-    from .publish import upload
+    from hubkernels.build import build
+    from hubkernels.config import load_config
+    from hubkernels.load import resolve_local
+    from hubkernels.publish import upload
 
     repo_id = f"hubkernels/{load_config(path).name}"
 
@@ -188,7 +188,7 @@ def table(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hubkernels.bench_loader", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python scripts/bench_loader.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", nargs="?", default=".", help="kernel root to build and publish (default: .)")
     parser.add_argument("--runs", type=int, default=7, help="new processes per measurement (median reported)")
     parser.add_argument("--output", default=".bench/loader.json", help="where to write the JSON results")

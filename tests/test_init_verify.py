@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from helpers import VERIFY_CI_TOLERANCE
 
+from hubkernels.author.verify import _vector
 from hubkernels.cli import main
 from hubkernels.config import load_config
-from hubkernels.verify import _vector
 
 ROOT = Path(__file__).resolve().parent.parent
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
@@ -165,7 +165,7 @@ def test_cuda_is_compiled_or_skipped_with_the_reason(demo):
 def test_a_backend_not_built_here_is_named_in_the_verdict_not_called_shippable():
     """build.toml lists cuda; a machine without a CUDA torch skips it: the kernel is shippable on cpu only, and the
     verdict says which backend is unverified and how to verify it."""
-    from hubkernels.verify import Check, Verdict, format_table
+    from hubkernels.author.verify import Check, Verdict, format_table
 
     skipped = Check("build", "cuda", "skip", "torch 2.13.0+cpu here has no CUDA; ... and run verify again")
     verdict = Verdict("k", [Check("build", "cpu", "pass", "torch-cpu"), skipped])
@@ -381,7 +381,7 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
     import torch
     import torch.nn.functional as F
 
-    from hubkernels.verify import Check, _diagnose, _ops
+    from hubkernels.author.verify import Check, _diagnose, _ops
 
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None or shutil.which("objdump") is None or _vector.cpu_width() < 256:

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:  # torch is imported when a benchmark runs
     import torch
@@ -97,7 +97,7 @@ def discover(path: str | Path) -> list[type[Benchmark]]:
     if not scripts:
         raise UsageError(
             f"no benchmarks/benchmark*.py under {Path(path).resolve()}; a kernel declares its "
-            "benchmarks there (see hubkernels.bench.Benchmark)"
+            "benchmarks there (see hubkernels.author.bench.Benchmark)"
         )
     found: list[type[Benchmark]] = []
     for script in scripts:

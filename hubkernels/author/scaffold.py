@@ -17,8 +17,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import UsageError
-from .skill_cli import skill_dir
+from ..errors import UsageError
+from .skill_install import skill_dir
 
 __all__ = ["BACKENDS", "ScaffoldError", "init_kernel", "register_cli"]
 

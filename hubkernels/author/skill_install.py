@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import UsageError
+from ..errors import UsageError
 
 __all__ = [
     "CLAUDE_DEST",

@@ -1,4 +1,4 @@
-"""`hubkernels init NAME`: its arguments and run function live in `hubkernels.scaffold`, imported only to run it."""
+"""`hubkernels init NAME`: its arguments and run function live in `hubkernels.author.scaffold`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,6 @@ HELP = "create a new kernel from the skill's template (build.toml, sources, pack
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from ..scaffold import register_cli
+    from ..author.scaffold import register_cli
 
     register_cli(sub)

@@ -1,4 +1,4 @@
-"""`hubkernels skill`: its arguments and run function live in `hubkernels.skill_cli`, imported only to run it."""
+"""`hubkernels skill`: its arguments and run function live in `hubkernels.author.skill_install`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,6 @@ HELP = "install the agent skill for writing and shipping kernels"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from ..skill_cli import register_cli
+    from ..author.skill_install import register_cli
 
     register_cli(sub)

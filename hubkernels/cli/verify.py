@@ -1,4 +1,4 @@
-"""`hubkernels verify [PATH]`: its arguments and run function live in `hubkernels.verify`, imported only to run it."""
+"""`hubkernels verify [PATH]`: its arguments and run function live in `hubkernels.author.verify`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,6 @@ HELP = "say whether a kernel is shippable and why not (build, ABI, tests, compil
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from ..verify import register_cli
+    from ..author.verify import register_cli
 
     register_cli(sub)

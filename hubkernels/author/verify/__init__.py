@@ -81,13 +81,13 @@ def verify(
     An op fails when its time (the fastest fifth of its calls) exceeds `torch.compile`'s by more than `tolerance`.
     `ops` limits the compile and speed checks to those declared ops; `shape` overrides declared sizes for timing.
     """
-    from ..config import load_config
+    from ...config import load_config
     from . import _ops, _steps, _vector
 
     skip = set(skip)
     unknown = skip - set(CHECKS)
     if unknown:
-        from ..errors import UsageError
+        from ...errors import UsageError
 
         raise UsageError(f"--skip takes {', '.join(CHECKS)}; got {', '.join(sorted(unknown))}")
     config = load_config(path)  # a build.toml mistake is a usage error (exit 2)

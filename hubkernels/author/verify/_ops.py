@@ -1,6 +1,6 @@
-"""verify's op checks, driven by the kernel's benchmark declarations (benchmarks/benchmark*.py, see hubkernels.bench):
-every op traces under `torch.compile(fullgraph=True)`, and every op is at least as fast as `torch.compile` of its own
-formula on the declared shapes, in every dtype asked for.
+"""verify's op checks, driven by the kernel's benchmark declarations (benchmarks/benchmark*.py, see
+hubkernels.author.bench): every op traces under `torch.compile(fullgraph=True)`, and every op is at least as fast as
+`torch.compile` of its own formula on the declared shapes, in every dtype asked for.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ try:
 except ImportError:  # not on Windows
     resource = None  # type: ignore[assignment]
 
+from ...errors import UsageError
 from ..bench import Benchmark, discover
-from ..errors import UsageError
 from . import Check
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ..build import BuildResult, build
-from ..config import BuildConfig
-from ..errors import HubkernelsError
+from ...build import BuildResult, build
+from ...config import BuildConfig
+from ...errors import HubkernelsError
 from . import Check
 
 #: How long the kernel's own test suite may run.
@@ -91,7 +91,7 @@ def check_abi(builds: dict[str, BuildResult]) -> list[Check]:
         import kernel_abi_check  # noqa: F401
     except ImportError:
         return [Check("abi", "all", "skip", "kernel-abi-check is not installed (pip install kernel-abi-check)")]
-    from ..build import check_abi as abi_problems
+    from ...build import check_abi as abi_problems
 
     found = []
     for backend, result in builds.items():
@@ -122,7 +122,7 @@ def run_tests(config: BuildConfig, builds: dict[str, BuildResult]) -> list[Check
             )
         ]
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parents[2])  # the hubkernels running this check, first on the path
+    here = str(Path(__file__).resolve().parents[3])  # the hubkernels running this check, first on the path
     env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
     repo_id = config.general.hub.repo_id if config.general.hub else None
     if repo_id:
@@ -145,7 +145,7 @@ def run_tests(config: BuildConfig, builds: dict[str, BuildResult]) -> list[Check
 
 def load(result: BuildResult) -> ModuleType | None:
     """The CPU build as a module, as users load it."""
-    from ..load import get_local_kernel
+    from ...load import get_local_kernel
 
     return get_local_kernel(result.path, backend="cpu")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hubkernels.bench import Benchmark
+from hubkernels.author.bench import Benchmark
 
 
 class RMSNormBenchmark(Benchmark):
