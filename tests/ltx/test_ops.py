@@ -587,13 +587,13 @@ def test_streamed_outputs_equal_small_unstreamed_calls_bit_for_bit(ltx, dtype):
 
 def test_every_isa_compilation_converts_like_the_scalar_code(tmp_path):
     """The ops run only the best ISA this CPU has, so their tests never reach the AVX2 or baseline code on an
-    AVX-512 machine. tests/cpp/vec_isa_check.cpp runs each compilation of vec.h this CPU can execute: every
+    AVX-512 machine. tests/ltx/cpp/vec_isa_check.cpp runs each compilation of vec.h this CPU can execute: every
     fp16/bf16 pattern widened, 65k+ floats narrowed, map_row at every offset (streamed or not) and inv_rms,
     against convert.h's scalar conversions, bit for bit."""
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("needs a C++ compiler")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     exe = tmp_path / "vec_isa_check"
     subprocess.run(
         [
@@ -603,7 +603,7 @@ def test_every_isa_compilation_converts_like_the_scalar_code(tmp_path):
             "-fno-trapping-math",
             "-Wno-psabi",
             f"-I{root / 'kernel_src/ltx_cpu'}",
-            str(root / "tests/cpp/vec_isa_check.cpp"),
+            str(root / "tests/ltx/cpp/vec_isa_check.cpp"),
             "-o",
             str(exe),
         ],

@@ -6,7 +6,7 @@ becomes a check at the top of its body, and inline PTX becomes its CPU equivalen
 rewrite does not recognise is an error that says so, never silently left out. Objects and the
 binary are cached by content hash, so a second run only runs.
 
-    python tests/cuda_emu/harness.py [--repo DIR] [SUITE ...]   # build, run, print a summary
+    python tests/ltx/cuda_emu/harness.py [--repo DIR] [SUITE ...]   # build, run, print a summary
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def rewrite(text: str, name: str) -> str:
     if "<<<" in text:
         line = text[: text.index("<<<")].count("\n") + 1
         raise HarnessError(
-            f"{name}:{line}: a kernel launch the emulation cannot rewrite (tests/cuda_emu/harness.py, _LAUNCH)"
+            f"{name}:{line}: a kernel launch the emulation cannot rewrite (tests/ltx/cuda_emu/harness.py, _LAUNCH)"
         )
     text = _move_launch_bounds(text, name)
 
@@ -157,7 +157,7 @@ def rewrite(text: str, name: str) -> str:
         op = m[1].split()[0]
         if op not in PTX:
             raise HarnessError(
-                f"{name}: inline PTX `{op}` has no CPU equivalent; add one to PTX in tests/cuda_emu/harness.py"
+                f"{name}: inline PTX `{op}` has no CPU equivalent; add one to PTX in tests/ltx/cuda_emu/harness.py"
             )
         return PTX[op].format(out=m[2].strip(), **{"in": m[3].strip()})
 
@@ -296,7 +296,7 @@ def _compile(cmd: list[str], what: str) -> None:
     if r.returncode != 0:
         raise HarnessError(
             f"the emulation build failed in {what}. If a kernel uses a CUDA feature the emulation "
-            f"lacks, add it to tests/cuda_emu/emu.h.\n$ {' '.join(cmd)}\n{r.stderr[-6000:]}"
+            f"lacks, add it to tests/ltx/cuda_emu/emu.h.\n$ {' '.join(cmd)}\n{r.stderr[-6000:]}"
         )
 
 
@@ -377,7 +377,7 @@ def run(binary: Path, suites: list[str] | None = None, *, timeout: float = DEFAU
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repo", type=Path, default=HERE.parent.parent)
+    parser.add_argument("--repo", type=Path, default=HERE.parents[2])
     parser.add_argument(
         "--cache", type=Path, default=None, help="where objects and the binary are kept (default: REPO/_build/cuda_emu)"
     )

@@ -16,7 +16,7 @@ from ltx_tiny import TINY_CONFIG, ltx_inputs, tiny_ltx
 
 from hubkernels.integrations import diffusers as hd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = TINY_CONFIG["num_layers"]
 
 _HF_KERNELS = """

@@ -1,6 +1,6 @@
 """The CUDA kernels of kernel_src/ltx_cuda, run on the CPU: their indexing, launch shapes and math.
 
-tests/cuda_emu builds the real .cu sources with g++ against the CUDA headers and a small CUDA
+tests/ltx/cuda_emu builds the real .cu sources with g++ against the CUDA headers and a small CUDA
 runtime of its own (emu.h): every CUDA thread is a fiber, __syncthreads and the warp shuffles are
 barriers over the block or warp. cases.cpp calls every launcher of ltx_cuda.h, as torch_binding.cpp
 does, and compares every output element with a float64 reference.
@@ -30,12 +30,12 @@ from pathlib import Path
 import pytest
 from cuda_emu import harness
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "_build" / "cuda_emu"
 
 pytestmark = pytest.mark.slow
 
-# Checks per suite in tests/cuda_emu/cases.cpp: a loop that silently stops running cases fails
+# Checks per suite in tests/ltx/cuda_emu/cases.cpp: a loop that silently stops running cases fails
 # here. Change these with the cases.
 EXPECTED = {
     "rms": 163,
@@ -88,7 +88,7 @@ def test_every_kernel_the_launchers_can_pick_ran(runs):
     assert launched, "the binary reported no kernel instantiations"
     assert not never, (
         "kernel instantiations a launcher can pick but no case reached (add a width, dtype or layout "
-        "that selects them to tests/cuda_emu/cases.cpp):\n" + "\n".join(never)
+        "that selects them to tests/ltx/cuda_emu/cases.cpp):\n" + "\n".join(never)
     )
 
 
