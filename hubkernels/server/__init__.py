@@ -15,9 +15,8 @@ start it before the client reads ``HF_ENDPOINT``.
 """
 
 from .app import create_app
-from .auth import Identity, TokenSpec, TokenStore
+from .auth import Identity, TokenError, TokenSpec, TokenStore
 from .background import BackgroundHub, ServeError, serve
-from .cli import register_cli
 from .common import Limits
 from .control import Fault, HubControl
 
@@ -28,9 +27,9 @@ __all__ = [
     "Identity",
     "Limits",
     "ServeError",
+    "TokenError",
     "TokenSpec",
     "TokenStore",
     "create_app",
-    "register_cli",
     "serve",
 ]
