@@ -71,6 +71,7 @@ _EXPORTS = {
     "ToolchainUnavailable": "hubkernels.toolchain",
     "TokenError": "hubkernels.server.auth",
     "ServeError": "hubkernels.server.background",
+    "ServeExtraMissing": "hubkernels.server",
     "XetFormatError": "hubkernels.server.xet.format",
     "PublishError": "hubkernels.publish",
     "SliceError": "hubkernels.slice",
