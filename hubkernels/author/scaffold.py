@@ -9,7 +9,6 @@ the name `--op` gives it): a working starting point to rewrite.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -20,14 +19,14 @@ from pathlib import Path
 from ..errors import UsageError
 from .skill_install import skill_dir
 
-__all__ = ["BACKENDS", "ScaffoldError", "init_kernel", "register_cli"]
+__all__ = ["BACKENDS", "TEMPLATE_OP", "ScaffoldError", "init_kernel"]
 
 #: Backends the template has sources for.
 BACKENDS = ("cpu", "cuda")
 
 _NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _OP = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
-_TEMPLATE_OP = "rms_norm"
+TEMPLATE_OP = "rms_norm"
 _ARTEFACTS = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "_build", "_ops.py", ".pytest_cache")
 _GITIGNORE = "build/\n_build/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
 
@@ -41,7 +40,7 @@ def init_kernel(
     dest: str | Path | None = None,
     *,
     backends: Sequence[str] = BACKENDS,
-    op: str = _TEMPLATE_OP,
+    op: str = TEMPLATE_OP,
     repo_id: str | None = None,
     git: bool = True,
 ) -> Path:
@@ -63,8 +62,8 @@ def init_kernel(
         raise ScaffoldError(f"{root} already exists; init never overwrites: choose another --dest or remove it")
     package = name.replace("-", "_")
     renames = [("my_kernels", package), ("my-kernels", name), ("MY_KERNELS", package.upper())]
-    if op != _TEMPLATE_OP:
-        renames.append((_TEMPLATE_OP, op))
+    if op != TEMPLATE_OP:
+        renames.append((TEMPLATE_OP, op))
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = root.with_name(f".{root.name}.init")
     shutil.rmtree(staging, ignore_errors=True)
@@ -130,30 +129,3 @@ def _git_commit(root: Path, message: str) -> None:
                 f"the kernel is in {root} but `git {' '.join(cmd)}` failed: "
                 f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}; commit it yourself"
             )
-
-
-# ---- command line -------------------------------------------------------------------------------
-
-
-def _cmd_init(args: argparse.Namespace) -> int:
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    root = init_kernel(args.name, args.dest, backends=backends, op=args.op, repo_id=args.repo_id)
-    print(root)
-    print(f"next: cd {os.path.relpath(root)} && hubkernels verify", flush=True)
-    return 0
-
-
-def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "init",
-        help="create a new kernel (build.toml, op sources, package, tests, benchmark, git)",
-        description="Create a kernel from the skill's template: one op, CPU and/or CUDA sources, "
-        "fake implementation, backward, layer, tests and a benchmark declaration, "
-        "committed to a new git repository. Never overwrites.",
-    )
-    p.add_argument("name", help="kernel name, lowercase and '-' (the Python package uses '_')")
-    p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated: cpu, cuda (default: both)")
-    p.add_argument("--op", default=_TEMPLATE_OP, help=f"name of the first op (default: {_TEMPLATE_OP})")
-    p.add_argument("--dest", type=Path, help="create the kernel here (default: ./NAME)")
-    p.add_argument("--repo-id", help="Hub repo id for build.toml (default: my-org/NAME)")
-    p.set_defaults(func=_cmd_init)

@@ -1,6 +1,6 @@
-"""`hubkernels skill`: install the agent skill that teaches coding agents to write and ship kernels.
+"""The agent skill that teaches coding agents to write and ship kernels, and its install (`hubkernels skill`).
 
-The skill (SKILL.md, references/, templates/) ships inside the package, in `hubkernels/skill/`.
+The skill (SKILL.md, references/, templates/) ships inside the package, in `hubkernels/author/skill/`.
 `hubkernels skill install` copies it where a coding agent looks for skills: `.claude/skills/hubkernels/`
 of the current directory by default (Claude Code), `.codex/skills/hubkernels/` with `--codex`,
 `.opencode/skills/hubkernels/` with `--opencode` (OpenCode's project skill folder; it also reads
@@ -9,7 +9,6 @@ of the current directory by default (Claude Code), `.codex/skills/hubkernels/` w
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,7 +21,6 @@ __all__ = [
     "OPENCODE_DEST",
     "SkillInstallError",
     "install_skill",
-    "register_cli",
     "skill_dir",
 ]
 
@@ -90,50 +88,3 @@ def install_skill(dest: str | Path = CLAUDE_DEST, *, force: bool = False) -> Pat
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def _cmd_install(args: argparse.Namespace) -> int:
-    dest = (
-        args.dest
-        if args.dest is not None
-        else (CODEX_DEST if args.codex else OPENCODE_DEST if args.opencode else CLAUDE_DEST)
-    )
-    target = install_skill(dest, force=args.force)
-    files = sum(1 for p in target.rglob("*") if p.is_file())
-    print(f"installed the hubkernels skill ({files} files) in {target}")
-    print(f"  start at {target / 'SKILL.md'}; `hubkernels init NAME` begins a kernel from its template")
-    return 0
-
-
-def _cmd_path(args: argparse.Namespace) -> int:
-    print(skill_dir())
-    return 0
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add `hubkernels skill install` and `hubkernels skill path` (a second call is a no-op)."""
-    if "skill" in subparsers.choices:
-        return
-    p = subparsers.add_parser("skill", help="install the agent skill for writing and shipping kernels")
-    sub = p.add_subparsers(dest="skill_command", metavar="{install,path}", required=True)
-    install = sub.add_parser(
-        "install",
-        help="copy the skill where a coding agent finds it",
-        description="Copy SKILL.md, references/ and templates/ to .claude/skills/hubkernels/ "
-        "(default, Claude Code), .codex/skills/hubkernels/ (--codex), "
-        ".opencode/skills/hubkernels/ (--opencode) or --dest.",
-    )
-    where = install.add_mutually_exclusive_group()
-    where.add_argument("--dest", type=Path, help="install into this folder instead")
-    where.add_argument(
-        "--codex", action="store_true", help=f"install into {CODEX_DEST}/ (Codex) instead of {CLAUDE_DEST}/"
-    )
-    where.add_argument(
-        "--opencode",
-        action="store_true",
-        help=f"install into {OPENCODE_DEST}/ (OpenCode's project skills) instead of {CLAUDE_DEST}/",
-    )
-    install.add_argument("--force", action="store_true", help="replace an earlier install of the skill")
-    install.set_defaults(func=_cmd_install)
-    path = sub.add_parser("path", help="print where the skill lives inside the installed package")
-    path.set_defaults(func=_cmd_path)

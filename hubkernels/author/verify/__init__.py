@@ -8,21 +8,18 @@ per clone from the disassembly, never as a total), and the time of every op besi
 its own formula on the shapes `benchmarks/benchmark*.py` declares. An op slower than `torch.compile` of its formula
 fails, and the failure says where to look: the instruction mix of the compilation this CPU runs against Inductor's
 kernel for the formula, and the likely cause with the skill's fix. A backend build.toml lists that cannot be built here
-is named in the verdict as unverified, with how to verify it. Progress lines go to stderr and the table to stdout;
-when both go to one file, the findings are written once. Exit status: 0 nothing failed, 1 not shippable, 2 usage
-error.
+is named in the verdict as unverified, with how to verify it. The command prints progress lines to stderr
+and the table to stdout (hubkernels/cli/verify.py); when both go to one file, the findings are written once. Exit
+status: 0 nothing failed, 1 not shippable, 2 usage error.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CHECKS", "Check", "Verdict", "format_table", "register_cli", "verify"]
+__all__ = ["CHECKS", "Check", "Verdict", "format_table", "verify"]
 
 #: Every check, in the order verify runs them (`--skip` takes these names).
 CHECKS = ("build", "abi", "tests", "compile", "vector", "speed")
@@ -71,7 +68,7 @@ def verify(
     tolerance: float = 0.05,
     dtypes: Iterable[str] = ("fp32", "bf16", "fp16"),
     iters: int = 30,
-    progress: bool = False,
+    on_check: Callable[[Check], None] | None = None,
     ops: Sequence[str] | None = None,
     shape: dict[str, int] | None = None,
 ) -> Verdict:
@@ -80,6 +77,7 @@ def verify(
     `threads` fixes torch's CPU threads while ops are timed (1: stable numbers on a shared machine; None: as is).
     An op fails when its time (the fastest fifth of its calls) exceeds `torch.compile`'s by more than `tolerance`.
     `ops` limits the compile and speed checks to those declared ops; `shape` overrides declared sizes for timing.
+    `on_check` sees each finding as it is made (the CLI prints it to stderr).
     """
     from ...config import load_config
     from . import _ops, _steps, _vector
@@ -99,8 +97,8 @@ def verify(
     def add(found: Iterable[Check]) -> None:
         for c in found:
             verdict.checks.append(c)
-            if progress:
-                print(c.line(), file=sys.stderr, flush=True)
+            if on_check is not None:
+                on_check(c)
 
     builds: dict = {}  # type: ignore[type-arg]
     add(_steps.build_all(config, builds, skip="build" in skip))
@@ -161,88 +159,3 @@ def format_table(verdict: Verdict) -> str:
             + "; ".join(f"{c.check} {c.subject}" for c in verdict.failures)
         )
     return "\n".join(lines)
-
-
-# ---- command line -------------------------------------------------------------------------------
-
-
-def _cmd_verify(args: argparse.Namespace) -> int:
-    skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    from ..bench import parse_size
-
-    shape = dict(parse_size(s) for s in args.shape or [])
-    verdict = verify(
-        args.path,
-        skip=skip,
-        threads=args.threads or None,
-        tolerance=args.tolerance,
-        dtypes=dtypes,
-        iters=args.iters,
-        progress=not args.json,
-        ops=args.ops or None,
-        shape=shape,
-    )
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "path": verdict.path,
-                    "ok": verdict.ok,
-                    "unverified": [c.subject for c in verdict.unverified],
-                    "checks": [asdict(c) for c in verdict.checks],
-                },
-                indent=2,
-            )
-        )
-    elif _same_file(sys.stdout, sys.stderr):  # one log: the findings are in it already, as they came
-        print(format_table(verdict).splitlines()[-1])
-    else:
-        print(format_table(verdict))
-    return 0 if verdict.ok else 1
-
-
-def _same_file(a: object, b: object) -> bool:
-    """Whether two streams write to one file (`verify > log 2>&1`, or one terminal)."""
-    import os
-
-    try:
-        x, y = os.fstat(a.fileno()), os.fstat(b.fileno())  # type: ignore[attr-defined]
-    except (AttributeError, OSError, ValueError):
-        return False
-    return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
-
-
-def register_cli(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
-        "verify",
-        help="say whether the kernel is shippable: build, ABI, tests, compile, "
-        "vectorisation, speed against torch.compile",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
-    )
-    p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml)")
-    p.add_argument("--json", action="store_true", help="machine-readable findings on stdout")
-    p.add_argument("--skip", help=f"comma-separated checks to leave out: {','.join(CHECKS)}")
-    p.add_argument("--dtypes", default="fp32,bf16,fp16", help="dtypes to time (default: fp32,bf16,fp16)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="CPU threads while timing (default 1: stable on a shared machine; 0: torch's default)",
-    )
-    p.add_argument(
-        "--tolerance",
-        type=float,
-        default=0.05,
-        help="allowed excess over torch.compile's time, as a fraction (default 0.05: the "
-        "run-to-run noise of a shared machine)",
-    )
-    p.add_argument("--iters", type=int, default=30, help="timed rounds per op and dtype")
-    p.add_argument("--ops", nargs="*", metavar="OP", help="trace and time only these declared ops")
-    p.add_argument(
-        "--shape",
-        nargs="*",
-        metavar="NAME=N",
-        help="time at these sizes instead of the declared CPU ones (e.g. tokens=6144)",
-    )
-    p.set_defaults(func=_cmd_verify)
