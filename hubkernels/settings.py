@@ -77,3 +77,14 @@ def cuda_arch() -> str | None:
     """HUBKERNELS_CUDA_ARCH (e.g. `9.0`): the GPU arch the loader assumes when it picks a per-arch slice, instead
     of asking torch (so a CPU machine can rehearse a GPU's download); None when unset."""
     return os.environ.get("HUBKERNELS_CUDA_ARCH", "").strip() or None
+
+
+def cuda_home() -> str | None:
+    """`CUDA_HOME`: the CUDA toolkit's root (nvcc on PATH is the other way to find one); None when unset."""
+    return os.environ.get("CUDA_HOME", "").strip() or None
+
+
+def aten_cpu_capability() -> str:
+    """`ATEN_CPU_CAPABILITY` (torch's own switch: `default`, `avx2`, `avx512`...): the widest ISA torch's CPU
+    kernels may use, lowercase; '' when unset."""
+    return os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()

@@ -425,3 +425,14 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
     per16 = 16 * 32 // _vector.cpu_width()  # vdivps per 16 fp32 elements, one per vector register
     assert f"likely: {2 * per16} vdivps per 16 elements against Inductor's {per16}:" in found.detail, found.detail
     assert "clamp the operand before the division" in found.detail
+
+
+def test_verify_models_a_narrower_cpu_when_aten_cpu_capability_says_so(monkeypatch):
+    """`ATEN_CPU_CAPABILITY=avx2` (or `default`) caps the ISA verify expects the kernel to run here, as torch's own
+    kernels are capped, so an AVX-512 machine can rehearse an AVX2 or a scalar one; read through settings."""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    native = _vector.cpu_width()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", " AVX2 ")
+    assert _vector.cpu_width() == min(native, 256)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert _vector.cpu_width() == 128

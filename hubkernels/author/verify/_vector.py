@@ -16,7 +16,6 @@ worth of scalar compares (LANEWISE_COMPARES).
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ... import settings
 from . import Check
 
 _SYMBOL = re.compile(r"^([0-9a-f]+) <(.+)>:$")
@@ -346,7 +346,7 @@ def cpu_width() -> int:
         width = 256
     else:
         width = 128
-    return min(width, _ATEN_CAP.get(os.environ.get("ATEN_CPU_CAPABILITY", "").lower(), 512))
+    return min(width, _ATEN_CAP.get(settings.aten_cpu_capability(), 512))
 
 
 def cpu_has_avx512bf16() -> bool:
