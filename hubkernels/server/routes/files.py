@@ -38,6 +38,7 @@ from ..common import (
     writable,
 )
 from ..storage import (
+    SHA256_RE,
     HubError,
     check_path_in_repo,
     decode_commit_lines,
@@ -45,7 +46,6 @@ from ..storage import (
     lfs_patterns,
     matches_patterns,
 )
-from ..storage.model import _SHA256_RE
 
 _CHUNK = 1 << 20
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -106,7 +106,7 @@ async def lfs_batch(request: Request, repo_type: str) -> Response:
         objects: list[dict[str, Any]] = []
         for obj in requested:
             oid, size = obj.get("oid"), obj.get("size")
-            if not isinstance(oid, str) or not _SHA256_RE.match(oid):
+            if not isinstance(oid, str) or not SHA256_RE.match(oid):
                 objects.append({"oid": oid, "size": size, "error": {"code": 422, "message": "oid must be a sha256"}})
             elif not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 objects.append(

@@ -34,14 +34,13 @@ from starlette.routing import Route
 
 from ...layout import WHEELS_DIR, plain_name, wheel_label
 from ..common import INVALID_CREDENTIALS, hub, namespace, param
-from ..storage import Entry, HubError, Repo
-from ..storage.model import _LRU
+from ..storage import LRU, Entry, HubError, Repo
 
 PEP691_JSON = "application/vnd.pypi.simple.v1+json"
 PEP691_HTML = "application/vnd.pypi.simple.v1+html"
 _BRANCH = re.compile(r"v\d+")
 _CHUNK = 1 << 20
-_requires_python = _LRU(4096)  # sha256 -> Requires-Python of a wheel (content-addressed: never stale)
+_requires_python = LRU(4096)  # sha256 -> Requires-Python of a wheel (content-addressed: never stale)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ commits, `store` the root that holds them all.
 """
 
 from .model import (
+    LRU,
     REPO_TYPES,
+    SHA256_RE,
     CommitMeta,
     Entry,
     HubError,
@@ -21,7 +23,9 @@ from .repo import Repo
 from .store import Storage
 
 __all__ = [
+    "LRU",
     "REPO_TYPES",
+    "SHA256_RE",
     "CommitMeta",
     "Entry",
     "HubError",

@@ -53,8 +53,8 @@ USER_NAME = "local-user"
 USER_AUTHOR = (USER_NAME, f"{USER_NAME}@hub.local")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
-_HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$")
 
 
@@ -105,7 +105,7 @@ MAX_PATH_LENGTH = 1024
 """The longest file path a commit may add, in UTF-8 bytes."""
 MAX_PATH_DEPTH = 64
 """The most path components (folders plus the file) a commit may add."""
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_path_in_repo(path: str) -> str:
@@ -114,7 +114,7 @@ def check_path_in_repo(path: str) -> str:
         raise HubError(400, f"Invalid path in repo {path!r}: a path is a string.")
     path = path.strip("/")
     parts = path.split("/")
-    if _CONTROL_RE.search(path):
+    if CONTROL_RE.search(path):
         raise HubError(
             400,
             f"Invalid path in repo {path[:200]!r}: control characters (newline, NUL ...) are not "
@@ -171,7 +171,7 @@ class LfsPointer:
             return None
         fields = dict(line.split(" ", 1) for line in data.decode("ascii", "replace").splitlines()[1:] if " " in line)
         oid, size = fields.get("oid", ""), fields.get("size", "")
-        if not oid.startswith("sha256:") or not _SHA256_RE.match(oid[7:]) or not size.isdigit():
+        if not oid.startswith("sha256:") or not SHA256_RE.match(oid[7:]) or not size.isdigit():
             return None
         return cls(sha256=oid[7:], size=int(size), pointer_size=len(data))
 
@@ -265,7 +265,7 @@ class Operation:
     lfs_size: int | None = None
 
 
-class _LRU:
+class LRU:
     """A small thread-safe LRU map for immutable values (snapshots and commit metadata by commit id), bounded by
     its number of values and, with ``weight``, by their total weight (a snapshot weighs its entries, so many
     commits of a 20,000-file tree cannot fill memory)."""

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from .model import (
-    _HEX_RE,
-    _SHA256_RE,
+    HEX_RE,
     MAX_POINTER_SIZE,
     NULL_SHA,
+    SHA256_RE,
     USER_AUTHOR,
     CommitMeta,
     Entry,
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 PRIVATE_MARKER = "hubkernels-private"
 #: The large-file objects a repository may name, one empty file per sha256 (uploaded to it, or in its history).
 OBJECT_LINKS = "hubkernels-objects"
-_LINKS_SCANNED = ".scanned"
+LINKS_SCANNED = ".scanned"
 #: The most commits one expanded listing walks to find its entries' last commits.
 LAST_COMMIT_WALK = 10_000
 
@@ -70,16 +70,16 @@ class Repo:
 
     def has_object(self, sha256: str) -> bool:
         """Whether the object ``sha256`` was uploaded to this repository or is named in its history."""
-        if not _SHA256_RE.match(sha256):
+        if not SHA256_RE.match(sha256):
             return False
         links = self.path / OBJECT_LINKS
         if (links / sha256).is_file():
             return True
-        if not (links / _LINKS_SCANNED).is_file():  # a repository from before links existed: link its history once
+        if not (links / LINKS_SCANNED).is_file():  # a repository from before links existed: link its history once
             for pointer in self._history_pointers():
                 self.link_object(pointer)
             links.mkdir(exist_ok=True)
-            (links / _LINKS_SCANNED).touch()
+            (links / LINKS_SCANNED).touch()
             return (links / sha256).is_file()
         return False
 
@@ -123,7 +123,7 @@ class Repo:
             name = rev[len(prefix) :] if rev.startswith(prefix) else rev
             if name in table:
                 return table[name]
-        if _HEX_RE.match(rev):
+        if HEX_RE.match(rev):
             out = self.git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False).decode().strip()
             if re.fullmatch(r"[0-9a-f]{40}", out):
                 return out
@@ -336,7 +336,7 @@ class Repo:
 
     def _pointer_blob(self, path: str, oid: str, announced: int | None) -> bytes:
         """The pointer blob of object ``oid``, which must be stored and owned by this repository (400 if not)."""
-        size = self.storage.lfs_size(oid) if _SHA256_RE.match(oid) else None
+        size = self.storage.lfs_size(oid) if SHA256_RE.match(oid) else None
         if size is None and self.storage.xet is not None and self.has_object(oid) and self.storage.xet.fill_lfs(oid):
             size = self.storage.lfs_size(oid)  # uploaded through Xet: rebuilt from its xorbs, sha256 checked
         if size is None or (announced is not None and announced != size) or not self.has_object(oid):

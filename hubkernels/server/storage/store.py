@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .model import (  # noqa: F401  (re-exported: the routes and other modules import them from here)
-    _CONTROL_RE,
-    _LRU,
-    _SHA256_RE,
+    CONTROL_RE,
     DEFAULT_GITATTRIBUTES,
+    LRU,
     MAX_PATH_DEPTH,
     MAX_PATH_LENGTH,
     MAX_POINTER_SIZE,
     NULL_SHA,
     REPO_TYPES,
+    SHA256_RE,
     SNAPSHOT_CACHE_ENTRIES,
     SYSTEM_AUTHOR,
     USER_AUTHOR,
@@ -54,7 +54,7 @@ from .model import (  # noqa: F401  (re-exported: the routes and other modules i
     repo_not_found,
     revision_not_found,
 )
-from .repo import _LINKS_SCANNED, OBJECT_LINKS, PRIVATE_MARKER, Repo  # noqa: F401
+from .repo import LINKS_SCANNED, OBJECT_LINKS, PRIVATE_MARKER, Repo  # noqa: F401
 
 if TYPE_CHECKING:
     from ..xet.store import XetStore
@@ -74,8 +74,8 @@ class Storage:
             raise RuntimeError("The local hub stores repositories with git, but `git` is not on PATH: install git.")
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._snapshots = _LRU(256, weight=lambda snap: len(snap.entries), max_weight=SNAPSHOT_CACHE_ENTRIES)
-        self._commits = _LRU(4096)
+        self._snapshots = LRU(256, weight=lambda snap: len(snap.entries), max_weight=SNAPSHOT_CACHE_ENTRIES)
+        self._commits = LRU(4096)
         self._pointer_cache: dict[str, LfsPointer | None] = {}
         self.xet: XetStore | None = None  # set by hubkernels.server.xet.install
         self._env = {
@@ -96,7 +96,7 @@ class Storage:
 
     def repo(self, repo_type: str, repo_id: str) -> Repo:
         """The repository, or a 404 ``RepoNotFound`` (400 for a name with control characters)."""
-        if _CONTROL_RE.search(repo_id):
+        if CONTROL_RE.search(repo_id):
             raise HubError(400, f"Invalid repo name {repo_id!r}: control characters are not allowed in names.")
         if repo_type not in REPO_TYPES or repo_id.count("/") != 1:
             raise repo_not_found(repo_type, repo_id)
@@ -125,7 +125,7 @@ class Storage:
                 commit = repo._commit_tree(tree, [], "initial commit", SYSTEM_AUTHOR)
                 repo.git("update-ref", "refs/heads/main", commit, NULL_SHA)
                 (staging / OBJECT_LINKS).mkdir()
-                (staging / OBJECT_LINKS / _LINKS_SCANNED).touch()
+                (staging / OBJECT_LINKS / LINKS_SCANNED).touch()
                 if private:
                     (staging / PRIVATE_MARKER).write_text("private\n")
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,7 +160,7 @@ class Storage:
     # -- LFS objects --------------------------------------------------------------------------------------------
 
     def lfs_path(self, sha256: str) -> Path:
-        if not _SHA256_RE.match(sha256):
+        if not SHA256_RE.match(sha256):
             raise HubError(400, f"Invalid LFS oid {sha256!r}: expected 64 lowercase hex digits (a sha256).")
         return self.lfs_dir / sha256
 
