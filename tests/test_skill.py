@@ -363,7 +363,7 @@ def test_template_publishes_and_loads_back_from_a_hub(hub, kernel_dir, built):
 def test_the_cpu_guide_has_every_section_verify_points_to():
     """A speed failure names the section of the CPU guide with the fix; each must be there to be read."""
     from hubkernels.author.skill_install import skill_dir
-    from hubkernels.author.verify._diagnose import SECTIONS
+    from hubkernels.author.verify.diagnose import SECTIONS
 
     guide = (skill_dir() / "references/cpu-translation.md").read_text(encoding="utf-8")
     headings = re.findall(r"(?m)^#+ (.+)$|^- \*\*(\w+)", guide)
@@ -413,7 +413,7 @@ def test_the_templates_lanes_header_compiles_each_isa_without_lane_by_lane_compa
     import torch
 
     from hubkernels.author.skill_install import skill_dir
-    from hubkernels.author.verify import _vector
+    from hubkernels.author.verify import vector
 
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None or shutil.which("objdump") is None:
@@ -436,7 +436,7 @@ def test_the_templates_lanes_header_compiles_each_isa_without_lane_by_lane_compa
         ],
         check=True,
     )
-    found = {c.subject: c for c in _vector.check_vectorised(tmp_path, ["my_kernels_cpu"])}
+    found = {c.subject: c for c in vector.check_vectorised(tmp_path, ["my_kernels_cpu"])}
     for isa, width in (("avx512", 512), ("avx2", 256), ("baseline", 128)):
         c = found[f"my_kernels_cpu::silu_and_mul [{isa}]"]
         assert c.status == "pass" and c.data["isa_width"] == width, c.line()

@@ -80,7 +80,7 @@ def verify(
     `on_check` sees each finding as it is made (the CLI prints it to stderr).
     """
     from ...config import load_config
-    from . import _ops, _steps, _vector
+    from . import op_checks, steps, vector
 
     skip = set(skip)
     unknown = skip - set(CHECKS)
@@ -89,9 +89,9 @@ def verify(
 
         raise UsageError(f"--skip takes {', '.join(CHECKS)}; got {', '.join(sorted(unknown))}")
     config = load_config(path)  # a build.toml mistake is a usage error (exit 2)
-    benches = _ops.benchmarks(config.root)
-    _ops.workloads(benches, ops)  # --ops and --shape names the benchmarks do not declare: exit 2, before any work
-    _ops.check_shape(benches, shape or {})
+    benches = op_checks.benchmarks(config.root)
+    op_checks.workloads(benches, ops)  # --ops and --shape names the benchmarks do not declare: exit 2, before any work
+    op_checks.check_shape(benches, shape or {})
     verdict = Verdict(str(config.root))
 
     def add(found: Iterable[Check]) -> None:
@@ -101,32 +101,32 @@ def verify(
                 on_check(c)
 
     builds: dict = {}  # type: ignore[type-arg]
-    add(_steps.build_all(config, builds, skip="build" in skip))
+    add(steps.build_all(config, builds, skip="build" in skip))
     cpu = builds.get("cpu")
     if "abi" not in skip:
-        add(_steps.check_abi(builds))
+        add(steps.check_abi(builds))
     if "tests" not in skip:
-        add(_steps.run_tests(config, builds))
-    kernel = _steps.load(cpu) if cpu is not None else None
+        add(steps.run_tests(config, builds))
+    kernel = steps.load(cpu) if cpu is not None else None
     if kernel is None:
         for name in ("compile", "vector", "speed"):
             if name not in skip:
                 add([Check(name, "cpu", "skip", "no CPU build to load")])
         return verdict
-    add(_ops.undeclared(kernel, benches))
+    add(op_checks.undeclared(kernel, benches))
     if "compile" not in skip:
-        add(_ops.check_compile(kernel, benches, ops))
+        add(op_checks.check_compile(kernel, benches, ops))
     if "vector" not in skip:
-        add(_vector.check_vectorised(cpu.path, [k.name for k in config.kernels_for("cpu")]))
+        add(vector.check_vectorised(cpu.path, [k.name for k in config.kernels_for("cpu")]))
     if "speed" not in skip:
-        from . import _diagnose
+        from . import diagnose
 
         namespaces = [k.name for k in config.kernels_for("cpu")]
         add(
-            _diagnose.explain(c, cpu.path, namespaces, [c.subject.split()[0], c.data.get("kernel_op", "")])
+            diagnose.explain(c, cpu.path, namespaces, [c.subject.split()[0], c.data.get("kernel_op", "")])
             if c.status == "fail"
             else c
-            for c in _ops.check_speed(
+            for c in op_checks.check_speed(
                 kernel,
                 benches,
                 dtypes=tuple(dtypes),

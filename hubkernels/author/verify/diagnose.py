@@ -1,7 +1,7 @@
 """verify's next step after a speed failure: the instruction mix of the compilation that runs on this CPU against
 Inductor's kernel for the same formula, per 16 elements stored, and the likely causes with the skill's fix.
 
-Both sides are read the same way (`_vector.Mix` over the innermost loop with the most packed work): divisions,
+Both sides are read the same way (`vector.Mix` over the innermost loop with the most packed work): divisions,
 scalar compares, lane extracts, gathers and calls, divided by the elements the loop stores (its vector stores'
 bits over the dtype's). Static counts are a guide to where to look, not a profile.
 """
@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import Check, _vector
+from . import Check, vector
 
 _BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
 _TYPES = {"fp32": ("float",), "bf16": ("BFloat16", "bfloat16", "bf16"), "fp16": ("Half", "half", "fp16")}
@@ -35,7 +35,7 @@ SECTIONS = {
 }
 
 
-def per16(loop: _vector.Mix, dtype: str) -> dict[str, float]:
+def per16(loop: vector.Mix, dtype: str) -> dict[str, float]:
     """The loop's figures per 16 elements stored (per iteration when it stores no vector)."""
     elements = loop.stored_bits / _BITS[dtype] if loop.stored_bits else 16
     scale = 16 / elements
@@ -44,11 +44,11 @@ def per16(loop: _vector.Mix, dtype: str) -> dict[str, float]:
     return out
 
 
-def running(compiled: Sequence[_vector.Compilation], op: str, dtype: str) -> list[_vector.Compilation]:
+def running(compiled: Sequence[vector.Compilation], op: str, dtype: str) -> list[vector.Compilation]:
     """The compilations of `op` this CPU runs for `dtype` (a runner's storage type must match): the functions named
     `op`, else those whose name starts with `op_` (a row loop such as `silu_and_mul_rows`)."""
 
-    def name(c: _vector.Compilation) -> str:
+    def name(c: vector.Compilation) -> str:
         return re.split(r"[<\s]", c.symbol.rsplit("::", 1)[-1], maxsplit=1)[0]
 
     candidates = []
@@ -60,11 +60,11 @@ def running(compiled: Sequence[_vector.Compilation], op: str, dtype: str) -> lis
     return exact or [c for c in candidates if name(c).startswith(f"{op}_")]
 
 
-def inductor_kernels(modules: Sequence[str]) -> list[_vector.Compilation]:
+def inductor_kernels(modules: Sequence[str]) -> list[vector.Compilation]:
     """The `kernel` function of each module Inductor compiled and loaded for the formula."""
     found = []
     for so in modules:
-        c = _vector.module_mix(Path(so), "kernel")
+        c = vector.module_mix(Path(so), "kernel")
         if c is not None and c.loop is not None:
             found.append(c)
     return found
@@ -119,7 +119,7 @@ def explain(check: Check, variant_dir: Path, namespaces: Sequence[str], op_names
     if objdump is None or dtype not in _BITS:
         return check
     compiled = [
-        c for so in sorted(Path(variant_dir).rglob("*.so")) for c in _vector.compilations(so, namespaces, objdump)
+        c for so in sorted(Path(variant_dir).rglob("*.so")) for c in vector.compilations(so, namespaces, objdump)
     ]
     ours = [c for name in dict.fromkeys(n for n in op_names if n) for c in running(compiled, name, dtype)]
     theirs = inductor_kernels(check.data.get("inductor_modules", []))
