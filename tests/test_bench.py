@@ -186,6 +186,6 @@ def test_a_benchmark_written_against_the_old_module_path_still_runs(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "warned: hubkernels.bench moved to hubkernels.author.bench: import it from there",
+        "warned: hubkernels.bench moved to hubkernels.author.bench: import that instead (the old name will be removed)",
         "True True",
     ]
