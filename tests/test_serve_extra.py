@@ -143,3 +143,19 @@ def test_hubkernels_serve_without_the_extra_prints_the_pip_command(plain_venv, t
     )
     assert imported.returncode == 1 and imported.stderr.splitlines()[-1].endswith(fix)
     assert "ServeExtraMissing" in imported.stderr.splitlines()[-1]
+
+
+def test_a_plain_install_ships_the_agent_skill(plain_venv, tmp_path) -> None:
+    """The skill and its kernel template are package data under author/skill/: `hubkernels skill path` names
+    them inside the installed package, and `hubkernels init` has a template to copy."""
+    where = subprocess.run(
+        [plain_venv.parent / "hubkernels", "skill", "path"],
+        env=_env(tmp_path, "http://127.0.0.1:9"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert where.returncode == 0, where.stderr
+    skill = Path(where.stdout.strip())
+    assert skill.is_relative_to(plain_venv.parent.parent) and (skill / "SKILL.md").is_file()
+    assert (skill / "templates" / "build.toml").is_file()
