@@ -1,4 +1,4 @@
-"""ltx-kernels' op benchmarks on LTX-Video 2B shapes, run by `hubkernels bench` (see hubkernels.bench).
+"""ltx-kernels' op benchmarks on LTX-Video 2B shapes, run by `hubkernels bench` (see hubkernels.author.bench).
 
 Each op is timed beside diffusers' eager formula (`verify_<op>`, what LTX-Video does today), `torch.compile`
 of it and, where it applies, `F.rms_norm`. Default shapes: batch 2, 6144 tokens (a 16 x 16 x 24 latent),
@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from hubkernels.bench import Benchmark
+from hubkernels.author.bench import Benchmark
 
 EPS6, EPS5 = 1e-6, 1e-5
 

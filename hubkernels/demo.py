@@ -1,24 +1,25 @@
-"""`hubkernels demo`: the main job, end to end, on this machine.
+"""`hubkernels demo`: the main job, end to end, on this machine, for the ltx-kernels of a hubkernels checkout.
 
-Build ltx-kernels for this machine → publish it to an embedded local Hub → `get_kernel` it back (cold, then
-warm in a fresh process, counting the Hub requests each makes) → kernelize a small LTX-Video transformer →
-check its outputs against the original (text-to-video and per-token timesteps) → time the forward with and
-without the kernels. Exits 1 if any check fails.
+Build ltx-kernels (the kernel at `root`: build.toml and benchmarks/ltx_forward.py) for this machine → publish it
+to an embedded local Hub → `get_kernel` it back (cold, then warm in a fresh process, counting the Hub requests each
+makes) → kernelize a small LTX-Video transformer → check its outputs against the original (text-to-video and
+per-token timesteps) → time the forward with and without the kernels. `run_demo` returns the steps, their times
+and the failed checks; the CLI prints them.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from .errors import UsageError
+
 REPO_ID = "hubkernels/ltx-kernels"
 #: The small LTX-Video transformer the demo kernelizes: hidden 128 (128 % 6 == 2, like the real model's 2048).
 SMALL_LTX = dict(
@@ -42,26 +43,35 @@ TIMING_LTX = dict(
 )
 
 
-class _Steps:
-    """Prints each step as it runs and keeps (name, seconds, detail) for the summary."""
+@dataclass
+class DemoReport:
+    """What the demo did: each step's (name, seconds, detail), the failed checks, the layers replaced, timings."""
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, float, str]] = []
-        self.failed: list[str] = []
+    steps: list[tuple[str, float, str]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    replaced: dict[str, int] = field(default_factory=dict)
+    timings: str = ""
+
+
+class _Steps:
+    """Runs each step, tells `say` a line as it starts and ends, and keeps its row for the report."""
+
+    def __init__(self, report: DemoReport, say: Callable[[str], None]) -> None:
+        self.report, self.say = report, say
 
     def run(self, name: str, fn: Any) -> Any:
-        print(f"==> {name}", flush=True)
+        self.say(f"==> {name}")
         t0 = time.perf_counter()
         value, detail = fn()
         dt = time.perf_counter() - t0
-        self.rows.append((name, dt, detail))
-        print(f"    {detail}  ({dt:.2f} s)", flush=True)
+        self.report.steps.append((name, dt, detail))
+        self.say(f"    {detail}  ({dt:.2f} s)")
         return value
 
     def check(self, ok: bool, what: str) -> None:
         if not ok:
-            self.failed.append(what)
-            print(f"    FAILED: {what}", flush=True)
+            self.report.failed.append(what)
+            self.say(f"    FAILED: {what}")
 
 
 def _warm_load_in_new_process(env: dict[str, str]) -> tuple[float, str]:
@@ -75,31 +85,40 @@ def _warm_load_in_new_process(env: dict[str, str]) -> tuple[float, str]:
     return float(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    return run(args)
-
-
-def run(args: argparse.Namespace) -> int:
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="hubkernels-demo-"))
+def run_demo(
+    root: str | Path,
+    work: Path,
+    *,
+    compile: bool = False,
+    iters: int = 5,
+    verbose: bool = False,
+    say: Callable[[str], None] = lambda line: None,
+) -> DemoReport:
+    """Build, publish, load, kernelize and time the ltx-kernels at `root`, with the Hub and caches under `work`;
+    `say` gets a line as each step starts and ends. Call it before anything imports huggingface_hub."""
+    root = Path(root).resolve()
+    if not (root / "build.toml").is_file() or not (root / "benchmarks" / "ltx_forward.py").is_file():
+        raise UsageError(
+            f"{root} is not a hubkernels checkout (build.toml and benchmarks/ltx_forward.py): the demo builds "
+            "its ltx-kernels; run it from the repository root or give that path"
+        )
     if "huggingface_hub" in sys.modules:
-        # huggingface_hub reads HF_ENDPOINT once, at import: run the demo in a process that sees the embedded Hub.
-        argv = sys.argv[1:] if sys.argv[1:2] == ["demo"] else ["demo"]
-        return subprocess.call([sys.executable, "-m", "hubkernels", *argv, "--workdir", str(work)])
+        raise UsageError("the demo must start before huggingface_hub is imported (it reads HF_ENDPOINT once)")
 
     import torch
 
     from .build import build
     from .server import BackgroundHub
 
-    steps = _Steps()
+    report = DemoReport()
+    steps = _Steps(report, say)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"hubkernels demo on {device} (torch {torch.__version__}); work dir {work}\n", flush=True)
+    say(f"hubkernels demo on {device} (torch {torch.__version__}); work dir {work}\n")
 
     result = steps.run(
         "build ltx-kernels for this machine",
         lambda: (
-            (r := build(ROOT, quiet=not args.verbose)),
+            (r := build(root, quiet=not verbose)),
             f"{r.variant} ({'up to date' if r.up_to_date else 'compiled'})",
         ),
     )
@@ -124,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         up = steps.run(
             f"publish to {REPO_ID}",
             lambda: (
-                (u := upload(ROOT, repo_id=REPO_ID, variants=[str(result.variant)])),
+                (u := upload(root, repo_id=REPO_ID, variants=[str(result.variant)])),
                 f"branch {u.branch}, commit {u.commit[:10]}, tag {u.tag}",
             ),
         )
@@ -157,32 +176,24 @@ def run(args: argparse.Namespace) -> int:
             "a warm load asks the Hub only for the version's current commit (as HF kernels does)",
         )
 
-        report = steps.run("kernelize a small LTX-Video transformer and check it", lambda: _check_ltx(kernel, steps))
-        timings = steps.run(f"time the transformer forward on {device}", lambda: _time_ltx(kernel, device, args))
+        ltx = _ltx_forward(root)
+        report.replaced = steps.run(
+            "kernelize a small LTX-Video transformer and check it", lambda: _check_ltx(kernel, steps, ltx)
+        )
+        report.timings = steps.run(
+            f"time the transformer forward on {device}", lambda: _time_ltx(kernel, device, ltx, compile, iters)
+        )
     finally:
         hub.stop()
-
-    print("\nSummary")
-    for name, dt, detail in steps.rows:
-        print(f"  {name:<52} {dt:8.2f} s   {detail}")
-    print("\n" + timings)
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps({"steps": steps.rows, "replaced": report, "failed": steps.failed}, indent=2, default=str)
-        )
-    if steps.failed:
-        print("\nFAILED: " + "; ".join(steps.failed))
-        return 1
-    print("\nAll checks passed.")
-    return 0
+    return report
 
 
-def _check_ltx(kernel: Any, steps: _Steps) -> tuple[dict[str, int], str]:
+def _check_ltx(kernel: Any, steps: _Steps, ltx: Any) -> tuple[dict[str, int], str]:
     import torch
 
     from .integrations import diffusers as hd
 
-    build_ltx, ltx_inputs = _ltx_forward().build_ltx, _ltx_forward().ltx_inputs
+    build_ltx, ltx_inputs = ltx.build_ltx, ltx.ltx_inputs
 
     details = []
     replaced: dict[str, int] = {}
@@ -204,12 +215,12 @@ def _check_ltx(kernel: Any, steps: _Steps) -> tuple[dict[str, int], str]:
     return replaced, f"replaced: {counts}; " + "; ".join(details)
 
 
-def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, str]:
+def _time_ltx(kernel: Any, device: str, ltx: Any, compile: bool, iters: int) -> tuple[str, str]:
     import torch
 
-    format_results, time_ltx_forward = _ltx_forward().format_results, _ltx_forward().time_ltx_forward
+    format_results, time_ltx_forward = ltx.format_results, ltx.time_ltx_forward
 
-    modes = ["eager", "eager+kernels"] + (["compile", "compile+kernels"] if args.compile else [])
+    modes = ["eager", "eager+kernels"] + (["compile", "compile+kernels"] if compile else [])
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     result = time_ltx_forward(
         TIMING_LTX,
@@ -219,7 +230,7 @@ def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, 
         device=device,
         modes=modes,
         kernel=kernel,
-        iters=args.iters,
+        iters=iters,
         warmup=2,
         text_len=64,
     )
@@ -230,26 +241,8 @@ def _time_ltx(kernel: Any, device: str, args: argparse.Namespace) -> tuple[str, 
     ), f"eager {m['eager']['median_ms']:.1f} ms, with kernels {m['eager+kernels']['median_ms']:.1f} ms ({speed:.2f}x)"
 
 
-def _ltx_forward() -> Any:
-    """This checkout's benchmarks/ltx_forward.py: the LTX-Video model, its inputs and the forward timing."""
-    from .bench import load_script
+def _ltx_forward(root: Path) -> Any:
+    """The checkout's benchmarks/ltx_forward.py: the LTX-Video model, its inputs and the forward timing."""
+    from .author.bench import load_script
 
-    return load_script(ROOT / "benchmarks" / "ltx_forward.py", "ltx_forward")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hubkernels demo", description=__doc__.splitlines()[0])
-    add_arguments(p)
-    return p
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workdir", help="where the Hub and the cache live (default: a new temp dir)")
-    p.add_argument("--compile", action="store_true", help="also time torch.compile with and without the kernels")
-    p.add_argument("--iters", type=int, default=5, help="timed forwards per mode")
-    p.add_argument("--json", help="write the results here")
-    p.add_argument("-v", "--verbose", action="store_true", help="show the compiler's commands")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return load_script(root / "benchmarks" / "ltx_forward.py", "ltx_forward")

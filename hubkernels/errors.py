@@ -5,7 +5,7 @@ one line). The errors that several stages raise live here; an error only one sta
 module, next to the code that raises it, and the package face re-exports every one of them (`hubkernels.<Name>`):
 `ConfigError` (config), `PublishError` (publish), `LockFileError` (lock), `KernelNotFoundError`,
 `UntrustedKernelError`, `DownloadError` (fetch), `LayerNotFoundError` (layers), `ConfigEntryError`
-(integrations.config), `SkillInstallError` (skill_cli) and `HubError` (server: the Hub's HTTP error answers).
+(integrations.config), `SkillInstallError` (author.skill_install) and `HubError` (server: the Hub's HTTP error answers).
 """
 
 from __future__ import annotations

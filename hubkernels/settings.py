@@ -85,3 +85,14 @@ def backend() -> str | None:
     if value not in ("", "cpu"):
         raise ValueError(f"HUBKERNELS_BACKEND={value!r}: only 'cpu' can be forced; unset it to detect the backend")
     return value or None
+
+
+def cuda_home() -> str | None:
+    """`CUDA_HOME`: the CUDA toolkit's root (nvcc on PATH is the other way to find one); None when unset."""
+    return os.environ.get("CUDA_HOME", "").strip() or None
+
+
+def aten_cpu_capability() -> str:
+    """`ATEN_CPU_CAPABILITY` (torch's own switch: `default`, `avx2`, `avx512`...): the widest ISA torch's CPU
+    kernels may use, lowercase; '' when unset."""
+    return os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()

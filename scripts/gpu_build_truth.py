@@ -79,7 +79,7 @@ def main() -> int:
                     "-q",
                     "-p",
                     "no:cacheprovider",
-                    "tests/test_ltx_kernels.py",
+                    "tests/ltx/test_ops.py",
                 ],
                 tenv,
                 540,

@@ -17,7 +17,7 @@ import ltx_reference  # noqa: E402  (the float64 references of the tests)
 from benchmark_ops import LtxOps, rope_freqs  # noqa: E402  (the op benchmarks' formulas)
 
 import hubkernels  # noqa: E402
-from hubkernels.bench import reference  # noqa: E402
+from hubkernels.author.bench import reference  # noqa: E402
 
 
 def _reference(op: str, args: tuple) -> torch.Tensor:

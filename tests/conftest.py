@@ -96,8 +96,10 @@ def ltx(request):
 def hub(session_tmp):
     """A Hub-compatible server (ours) on 127.0.0.1, the endpoint huggingface_hub was pointed at; in test mode,
     knowing the suite's HF_TOKEN and hubfixture.ADMIN_TOKEN."""
-    pytest.importorskip("starlette", reason="the local Hub needs starlette and uvicorn (pip install hubkernels)")
-    pytest.importorskip("uvicorn", reason="the local Hub needs starlette and uvicorn (pip install hubkernels)")
+    pytest.importorskip(
+        "starlette", reason="the local Hub needs starlette and uvicorn (pip install 'hubkernels[serve]')"
+    )
+    pytest.importorskip("uvicorn", reason="the local Hub needs starlette and uvicorn (pip install 'hubkernels[serve]')")
     from hubfixture import start_hub
 
     server = start_hub(session_tmp / "hub-root", port=HUB_PORT, trusted_orgs=("hubkernels",))

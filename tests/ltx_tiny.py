@@ -74,7 +74,7 @@ def ltx_inputs(
 
 def ltx_forward():
     """The kernel root's benchmarks/ltx_forward.py (the LTX-Video model helpers of the benchmarks)."""
-    from hubkernels.bench import load_script
+    from hubkernels.author.bench import load_script
 
     return load_script(Path(__file__).resolve().parent.parent / "benchmarks" / "ltx_forward.py", "ltx_forward")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hubkernels import bench
+from hubkernels.author import bench
 from hubkernels.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "benchmark_gelu.py").write_text(
         "import torch\n"
-        "from hubkernels.bench import Benchmark\n\n"
+        "from hubkernels.author.bench import Benchmark\n\n"
         "class Gelu(Benchmark):\n"
         "    shape = {'n': 4096}\n"
         "    report_shape = ('n',)\n"
@@ -162,3 +162,30 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [r["impl"] for r in data["rows"]] == ["ours", "eager", "tanh formula", "torch.compile"]
     assert data["shape"] == [4096] and all(r["max_rel_err"] < 1e-5 for r in data["rows"])
+
+
+def test_a_benchmark_written_against_the_old_module_path_still_runs(tmp_path):
+    """`hubkernels.bench` moved to `hubkernels.author.bench`: a kernel's benchmark file that imports the old path
+    still gets the same `Benchmark` class, with a DeprecationWarning naming the new path."""
+    import subprocess
+    import sys
+
+    script = (
+        "import warnings\n"
+        "warnings.simplefilter('error', DeprecationWarning)\n"
+        "try:\n"
+        "    from hubkernels.bench import Benchmark\n"
+        "except DeprecationWarning as e:\n"
+        "    print('warned:', e)\n"
+        "warnings.simplefilter('ignore', DeprecationWarning)\n"
+        "from hubkernels.bench import Benchmark\n"
+        "from hubkernels.verify import verify\n"
+        "import hubkernels.author.bench, hubkernels.author.verify\n"
+        "print(Benchmark is hubkernels.author.bench.Benchmark, verify is hubkernels.author.verify.verify)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "warned: hubkernels.bench moved to hubkernels.author.bench: import that instead (the old name will be removed)",
+        "True True",
+    ]

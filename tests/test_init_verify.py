@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from helpers import VERIFY_CI_TOLERANCE
 
+from hubkernels.author.verify import vector
 from hubkernels.cli import main
 from hubkernels.config import load_config
-from hubkernels.verify import _vector
 
 ROOT = Path(__file__).resolve().parent.parent
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
@@ -125,7 +125,7 @@ def test_verify_reads_each_isa_clone_on_its_own(demo):
 def test_verify_judges_each_per_isa_runner_of_ltx_kernels_at_its_width(ltx):
     """ltx-kernels compiles each op once per storage type and ISA (vec.h's run_avx512 / run_avx2 / run_baseline):
     verify reads each of those on its own, at its ISA's width, and leaves the fp64 (gradcheck) ones unjudged."""
-    found = {c.subject: c for c in _vector.check_vectorised(Path(ltx.__file__).parent, ["ltx_cpu"])}
+    found = {c.subject: c for c in vector.check_vectorised(Path(ltx.__file__).parent, ["ltx_cpu"])}
     widths = {"avx512": 512, "avx2": 256, "baseline": 128}
     for isa, width in widths.items():
         for t in ("float", "BFloat16", "Half"):
@@ -165,7 +165,7 @@ def test_cuda_is_compiled_or_skipped_with_the_reason(demo):
 def test_a_backend_not_built_here_is_named_in_the_verdict_not_called_shippable():
     """build.toml lists cuda; a machine without a CUDA torch skips it: the kernel is shippable on cpu only, and the
     verdict says which backend is unverified and how to verify it."""
-    from hubkernels.verify import Check, Verdict, format_table
+    from hubkernels.author.verify import Check, Verdict, format_table
 
     skipped = Check("build", "cuda", "skip", "torch 2.13.0+cpu here has no CUDA; ... and run verify again")
     verdict = Verdict("k", [Check("build", "cpu", "pass", "torch-cpu"), skipped])
@@ -381,10 +381,10 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
     import torch
     import torch.nn.functional as F
 
-    from hubkernels.verify import Check, _diagnose, _ops
+    from hubkernels.author.verify import Check, diagnose, op_checks
 
     cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None or shutil.which("objdump") is None or _vector.cpu_width() < 256:
+    if cxx is None or shutil.which("objdump") is None or vector.cpu_width() < 256:
         pytest.skip("needs a C++ compiler, objdump and an AVX2 CPU")
     (tmp_path / "silu.cpp").write_text(DOUBLE_DIVISION)
     subprocess.run(
@@ -405,10 +405,10 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
         h = x.shape[-1] // 2
         return F.silu(x[..., :h]) * x[..., h:]
 
-    before = _ops.loaded_modules()
+    before = op_checks.loaded_modules()
     torch._dynamo.reset()
     torch.compile(formula, dynamic=False)(torch.randn(8, 2 * 1024))
-    inductor = sorted(m for m in _ops.loaded_modules() - before if "inductor" in m)
+    inductor = sorted(m for m in op_checks.loaded_modules() - before if "inductor" in m)
     failed = Check(
         "speed",
         "silu_and_mul fp32",
@@ -416,12 +416,23 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
         "slower than torch.compile of its formula",
         {"dtype": "fp32", "inductor_modules": inductor},
     )
-    found = _diagnose.explain(failed, tmp_path, ["demo_kernel_cpu"], ["silu_and_mul"])
+    found = diagnose.explain(failed, tmp_path, ["demo_kernel_cpu"], ["silu_and_mul"])
     where = found.data["where"]
-    clone = {512: "arch_x86_64_v4", 256: "arch_x86_64_v3"}[_vector.cpu_width()]
+    clone = {512: "arch_x86_64_v4", 256: "arch_x86_64_v3"}[vector.cpu_width()]
     assert where["compilation"] == f"demo_kernel_cpu::silu_and_mul [{clone}]" and found.status == "fail"
     assert where["ours_per16"]["divides"] == 2 * where["inductor_per16"]["divides"] > 0, found.detail
     assert f"where to look: demo_kernel_cpu::silu_and_mul [{clone}] (runs here)" in found.detail
-    per16 = 16 * 32 // _vector.cpu_width()  # vdivps per 16 fp32 elements, one per vector register
+    per16 = 16 * 32 // vector.cpu_width()  # vdivps per 16 fp32 elements, one per vector register
     assert f"likely: {2 * per16} vdivps per 16 elements against Inductor's {per16}:" in found.detail, found.detail
     assert "clamp the operand before the division" in found.detail
+
+
+def test_verify_models_a_narrower_cpu_when_aten_cpu_capability_says_so(monkeypatch):
+    """`ATEN_CPU_CAPABILITY=avx2` (or `default`) caps the ISA verify expects the kernel to run here, as torch's own
+    kernels are capped, so an AVX-512 machine can rehearse an AVX2 or a scalar one; read through settings."""
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    native = vector.cpu_width()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", " AVX2 ")
+    assert vector.cpu_width() == min(native, 256)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert vector.cpu_width() == 128

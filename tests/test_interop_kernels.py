@@ -130,7 +130,16 @@ def test_bench_loader_script_measures_both_loaders(ltx_build, tmp_path: Path) ->
 
     out = tmp_path / "loader.json"
     done = subprocess.run(
-        [sys.executable, "-m", "hubkernels.bench_loader", str(ROOT), "--runs", "1", "--no-build", "--output", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_loader.py"),
+            str(ROOT),
+            "--runs",
+            "1",
+            "--no-build",
+            "--output",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -676,10 +676,7 @@ def test_bad_fault_rules_are_refused(local_hub):
 
 
 def _cli_commands() -> list[list[str]]:
-    commands = [[sys.executable, "-m", "hubkernels.server", "serve"]]
-    if (ROOT / "hubkernels" / "__main__.py").exists() and (ROOT / "hubkernels" / "cli.py").exists():
-        commands.append([sys.executable, "-m", "hubkernels", "serve"])
-    return commands
+    return [[sys.executable, "-m", "hubkernels", "serve"]]
 
 
 @pytest.mark.parametrize("command", _cli_commands(), ids=lambda c: " ".join(c[1:3]))
@@ -721,7 +718,7 @@ def test_cli_serve_prints_its_url_and_answers(command, tmp_path):
 
 def test_cli_refuses_a_busy_port(tmp_path, local_hub):
     proc = subprocess.run(
-        [sys.executable, "-m", "hubkernels.server", "--port", str(local_hub.port)],
+        [sys.executable, "-m", "hubkernels", "serve", "--port", str(local_hub.port)],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -218,7 +218,7 @@ def test_xet_tokens_are_scoped_and_signed(hub, big_kernel):
 
 def test_a_range_reconstruction_lists_whole_chunks_and_the_offset_into_them(hub, big_kernel):
     """What a resuming or streaming downloader asks: bytes [first, last] of the file, as whole chunks to fetch."""
-    from hubkernels.server.xet_format import iter_chunks
+    from hubkernels.server.xet.format import iter_chunks
 
     token = json.loads(_get(f"{hub.url}/api/kernels/{big_kernel}/xet-read-token/v1")[1])
     file_id = urllib.request.urlopen(
@@ -274,7 +274,7 @@ def test_a_client_that_sends_no_sha256_is_told_the_fix_in_one_line(hub):
 
     from huggingface_hub import HfApi
 
-    from hubkernels.server import xet_format as fmt
+    from hubkernels.server.xet import format as fmt
 
     repo_id = f"org/old-{uuid.uuid4().hex[:8]}"
     HfApi().create_repo(repo_id)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hubkernels.skill_cli import SkillInstallError, install_skill, skill_dir
+from hubkernels.author.skill_install import SkillInstallError, install_skill, skill_dir
 
 SKILL = skill_dir()
 DOCS = [SKILL / "SKILL.md", *sorted((SKILL / "references").glob("*.md"))]
@@ -139,7 +139,7 @@ def test_force_never_deletes_a_folder_that_is_not_a_skill_install(tmp_path):
 
 
 def test_install_leaves_out_build_artefacts(tmp_path, monkeypatch):
-    import hubkernels.skill_cli as skill_cli
+    import hubkernels.author.skill_install as skill_cli
 
     fake = tmp_path / "skill"
     shutil.copytree(SKILL, fake)
@@ -157,7 +157,7 @@ def test_install_leaves_out_build_artefacts(tmp_path, monkeypatch):
 
 
 def _cli():
-    """hubkernels.cli.main, once the CLI loads hubkernels.skill_cli."""
+    """hubkernels.cli.main, once the CLI loads hubkernels.author.skill_install."""
     from hubkernels.cli import main, make_parser
 
     commands = next(a for a in make_parser()._actions if isinstance(a, argparse._SubParsersAction))
@@ -361,8 +361,8 @@ def test_template_publishes_and_loads_back_from_a_hub(hub, kernel_dir, built):
 
 def test_the_cpu_guide_has_every_section_verify_points_to():
     """A speed failure names the section of the CPU guide with the fix; each must be there to be read."""
-    from hubkernels.skill_cli import skill_dir
-    from hubkernels.verify._diagnose import SECTIONS
+    from hubkernels.author.skill_install import skill_dir
+    from hubkernels.author.verify.diagnose import SECTIONS
 
     guide = (skill_dir() / "references/cpu-translation.md").read_text(encoding="utf-8")
     headings = re.findall(r"(?m)^#+ (.+)$|^- \*\*(\w+)", guide)
@@ -411,8 +411,8 @@ def test_the_templates_lanes_header_compiles_each_isa_without_lane_by_lane_compa
 
     import torch
 
-    from hubkernels.skill_cli import skill_dir
-    from hubkernels.verify import _vector
+    from hubkernels.author.skill_install import skill_dir
+    from hubkernels.author.verify import vector
 
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None or shutil.which("objdump") is None:
@@ -435,7 +435,7 @@ def test_the_templates_lanes_header_compiles_each_isa_without_lane_by_lane_compa
         ],
         check=True,
     )
-    found = {c.subject: c for c in _vector.check_vectorised(tmp_path, ["my_kernels_cpu"])}
+    found = {c.subject: c for c in vector.check_vectorised(tmp_path, ["my_kernels_cpu"])}
     for isa, width in (("avx512", 512), ("avx2", 256), ("baseline", 128)):
         c = found[f"my_kernels_cpu::silu_and_mul [{isa}]"]
         assert c.status == "pass" and c.data["isa_width"] == width, c.line()

@@ -1,4 +1,4 @@
-"""`hubkernels bench [PATH]`: run the benchmarks the kernel at PATH declares (see `hubkernels.bench`)."""
+"""`hubkernels bench [PATH]`: run the benchmarks the kernel at PATH declares (see `hubkernels.author.bench`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def run(args: argparse.Namespace) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    from ..bench import discover, format_report, parse_size
-    from ..bench import run as run_benchmarks
+    from ..author.bench import discover, format_report, parse_size
+    from ..author.bench import run as run_benchmarks
 
     benchmarks = discover(args.path)
     if args.repo_id:

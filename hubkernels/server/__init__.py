@@ -11,15 +11,33 @@ RepoNotFound). Bodies, paths and request times are bounded. In test mode it also
 fault injection over HTTP, for tests of download behaviour.
 
 This package imports nothing of hubkernels' other stages and never imports ``huggingface_hub``, so a test can
-start it before the client reads ``HF_ENDPOINT``.
+start it before the client reads ``HF_ENDPOINT``. Its dependencies are the ``serve`` extra
+(``pip install 'hubkernels[serve]'``); without them, importing it raises `ServeExtraMissing`, which says so.
 """
 
-from .app import create_app
-from .auth import Identity, TokenSpec, TokenStore
-from .background import BackgroundHub, ServeError, serve
-from .cli import register_cli
-from .common import Limits
-from .control import Fault, HubControl
+import importlib.util
+
+from ..errors import HubkernelsError
+
+#: The serve extra's modules (pyproject.toml's `serve` extra installs them).
+EXTRA_MODULES = ("starlette", "uvicorn", "regex", "blake3", "lz4")
+
+
+class ServeExtraMissing(HubkernelsError, ImportError):
+    """The local Hub's dependencies (the ``serve`` extra) are not installed; the message gives the pip command."""
+
+
+_missing = [name for name in EXTRA_MODULES if importlib.util.find_spec(name) is None]
+if _missing:
+    raise ServeExtraMissing(
+        f"the local Hub needs the serve extra ({', '.join(_missing)} missing): pip install 'hubkernels[serve]'"
+    )
+
+from .app import create_app  # noqa: E402  (after the check: these import the extra's modules)
+from .auth import Identity, TokenError, TokenSpec, TokenStore  # noqa: E402
+from .background import BackgroundHub, ServeError, serve  # noqa: E402
+from .common import Limits  # noqa: E402
+from .control import Fault, HubControl  # noqa: E402
 
 __all__ = [
     "BackgroundHub",
@@ -28,9 +46,10 @@ __all__ = [
     "Identity",
     "Limits",
     "ServeError",
+    "ServeExtraMissing",
+    "TokenError",
     "TokenSpec",
     "TokenStore",
     "create_app",
-    "register_cli",
     "serve",
 ]

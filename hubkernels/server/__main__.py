@@ -1,7 +1,8 @@
-"""``python -m hubkernels.server``: the ``hubkernels serve`` command, runnable without the main CLI."""
+"""``python -m hubkernels.server`` moved: the local Hub runs as ``hubkernels serve``."""
 
 import sys
 
-from .cli import main
-
-sys.exit(main())
+sys.exit(
+    "python -m hubkernels.server: error: run the local Hub with `hubkernels serve ...` "
+    "(or `python -m hubkernels serve ...`), the same arguments"
+)

@@ -3,8 +3,8 @@
 Endpoint shapes, headers and error codes follow what the real client needs: typed errors carry ``X-Error-Code``
 (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) and ``X-Error-Message``; resolve answers carry
 ``X-Repo-Commit`` and an ``ETag`` (git sha1, or sha256 for LFS files); and for files uploaded through Xet also
-``X-Xet-Hash`` (the Xet protocol itself lives in ``xet.py``). Access is checked as on the Hub (see `common`); the
-routes live in `routes_repos`, `routes_files` and `routes_control`.
+``X-Xet-Hash`` (the Xet protocol itself lives in the ``xet`` package). Access is checked as on the Hub (see
+`common`); the routes live in the `routes` package (`repos`, `files`, `control`, `simple`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from .auth import TokenSpec, TokenStore
 from .common import URL_PREFIX, Hub, Limits, api_repo, hub_error_handler, private_path
 from .control import ControlMiddleware, HubControl, quiet_truncation_logs
 from .limits import LimitsMiddleware
-from .routes_control import control_faults, control_requests, control_reset, control_trust
-from .routes_files import commit, lfs_routes, preupload, resolve_route
-from .routes_repos import (
+from .routes.control import control_faults, control_requests, control_reset, control_trust
+from .routes.files import commit, lfs_routes, preupload, resolve_route
+from .routes.repos import (
     agent_harnesses,
     branch,
     create_repo,
@@ -39,7 +39,7 @@ from .routes_repos import (
     validate_yaml,
     whoami,
 )
-from .routes_simple import simple_routes
+from .routes.simple import simple_routes
 from .storage import HubError, Storage
 
 
@@ -87,7 +87,7 @@ def create_app(
         Route(f"{api}/commit/{{rev}}", commit, methods=["POST"]),
     ]
     routes += xet.xet_routes(api_repo)
-    routes += simple_routes()  # the package index over the repos' wheels (routes_simple)
+    routes += simple_routes()  # the package index over the repos' wheels (routes.simple)
     for repo_type, prefix in URL_PREFIX.items():
         if prefix:
             routes += lfs_routes(prefix, repo_type)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import uvicorn
 
@@ -80,10 +79,12 @@ def serve(
     tokens: Iterable[TokenSpec] = (),
     test_mode: bool = False,
     limits: Limits | None = None,
+    on_listening: Callable[[str, Path, bool], None] | None = None,
 ) -> None:
     """Run the hub until interrupted (Ctrl-C / SIGTERM). ``port`` 0 picks a free port; ``root`` None keeps the
-    repositories in a temporary directory deleted on exit. Prints ``Hub listening on URL (root DIR)`` first.
-    Raises `ServeError` for a non-loopback ``host`` while no token exists (anyone could write)."""
+    repositories in a temporary directory deleted on exit. Once the socket is bound, ``on_listening(url, root,
+    has_token)`` is called (the CLI prints the URL there). Raises `ServeError` for a non-loopback ``host`` while
+    no token exists (anyone could write)."""
     tokens = list(tokens)
     with tempfile.TemporaryDirectory(prefix="hubkernels-hub-") as tmp:
         store = Path(root) if root is not None else Path(tmp)
@@ -103,14 +104,8 @@ def serve(
             limits=limits,
         )
         sock = _bind(host, port)
-        print(f"Hub listening on {_url(host, sock.getsockname()[1])} (root {store.resolve()})", flush=True)
-        if not app.state.hub.tokens.configured():
-            print(
-                f"No token yet: clients can only read. For HF_TOKEN: hubkernels serve token create --user NAME "
-                f"--org ORG --write --root {store.resolve()}",
-                file=sys.stderr,
-                flush=True,
-            )
+        if on_listening is not None:
+            on_listening(_url(host, sock.getsockname()[1]), store.resolve(), app.state.hub.tokens.configured())
         uvicorn.Server(_config(app, log_level)).run(sockets=[sock])
 
 

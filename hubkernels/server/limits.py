@@ -3,7 +3,7 @@
 `LimitsMiddleware` answers 413 to a body over the limit (at once when ``Content-Length`` announces it, otherwise
 as soon as the bytes read pass it, so memory never grows by more than the limit) and 408 to a client that does not
 finish its body by a total deadline (a trickle of bytes does not extend it). Limits fit what each client sends:
-a Xet xorb or shard up to `xet_format.MAX_XORB_BYTES`, an LFS PUT its announced size, other bodies
+a Xet xorb or shard up to `xet.format.MAX_XORB_BYTES`, an LFS PUT its announced size, other bodies
 ``max_body_bytes``, and a request without credentials at most `ANONYMOUS_BODY_BYTES` (no anonymous request can
 make the server parse a large body). `header_timeout_protocol` closes connections whose request headers do not
 arrive in time.
@@ -21,7 +21,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .common import Limits, header_safe
 from .storage import HubError
-from .xet_format import MAX_XORB_BYTES
+from .xet.format import MAX_XORB_BYTES
 
 _LFS_PUT_RE = re.compile(r"\.git/info/lfs/objects/[0-9a-f]{64}/(\d{1,15})$")
 _CAS_UPLOAD_RE = re.compile(r"^/cas/v1/(xorbs/[^/]+/[0-9a-f]{64}|shards)$")

@@ -84,7 +84,8 @@ def serve_process(root: Path, *options: str, cwd: Path) -> tuple[subprocess.Pope
         [
             sys.executable,
             "-m",
-            "hubkernels.server",
+            "hubkernels",
+            "serve",
             "token",
             "create",
             "--user",
@@ -101,7 +102,7 @@ def serve_process(root: Path, *options: str, cwd: Path) -> tuple[subprocess.Pope
         timeout=60,
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hubkernels.server", "--root", str(root), *options, "--test-mode"],
+        [sys.executable, "-m", "hubkernels", "serve", "--root", str(root), *options, "--test-mode"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -316,14 +316,15 @@ def test_a_body_trickled_one_byte_at_a_time_is_dropped_by_a_total_deadline(serve
 def test_an_lz4_bomb_xorb_is_refused_without_allocating_its_claim(served, record):
     import lz4.frame
 
-    from hubkernels.server import xet_format as fmt
+    from hubkernels.server.xet import format as fmt
 
     proc, url, root = served
     token = subprocess.run(
         [
             sys.executable,
             "-m",
-            "hubkernels.server",
+            "hubkernels",
+            "serve",
             "token",
             "create",
             "--user",
@@ -384,7 +385,7 @@ def test_a_damaged_tokens_file_gives_one_line_in_serve_token(tmp_path, record):
     for text in ('{"tokens": [{"id": 1}]}', '{"users": [1, 2]}', "[1]", '{"tokens": 5}', "\xff{", "{" * 100_000):
         (tmp_path / "tokens.json").write_text(text, encoding="latin-1")
         out = subprocess.run(
-            [sys.executable, "-m", "hubkernels.server", "token", "list", "--root", str(tmp_path)],
+            [sys.executable, "-m", "hubkernels", "serve", "token", "list", "--root", str(tmp_path)],
             capture_output=True,
             text=True,
             cwd=ROOT,

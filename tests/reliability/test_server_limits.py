@@ -38,7 +38,7 @@ def hub_process(tmp_path_factory):
     proc, url = serve_process(root, "--max-body-mb", "1", "--read-timeout", "1", cwd=ROOT)
     token = json.loads(
         subprocess.run(
-            [sys.executable, "-m", "hubkernels.server", "token", "list", "--json", "--root", str(root)],
+            [sys.executable, "-m", "hubkernels", "serve", "token", "list", "--json", "--root", str(root)],
             capture_output=True,
             text=True,
             cwd=ROOT,

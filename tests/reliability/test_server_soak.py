@@ -18,7 +18,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from server_helpers import http, proc_figures
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = [sys.executable, "-m", "hubkernels.server"]
+SERVER = [sys.executable, "-m", "hubkernels", "serve"]
 COMMITS, LOADS = 60, 140
 
 

@@ -1,7 +1,7 @@
 """What an attacker with a Xet write token sends by hand: xorbs and shards built byte by byte, with any claim.
 
 hf_xet never lies about a file's sha256; these helpers do, so the tests can try what a hostile client would.
-The formats are the ones `hubkernels.server.xet_format` reads (uncompressed chunks, one file per shard).
+The formats are the ones `hubkernels.server.xet.format` reads (uncompressed chunks, one file per shard).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import struct
 
 from server_helpers import http
 
-from hubkernels.server import xet_format as fmt
+from hubkernels.server.xet import format as fmt
 
 _PAD = bytes(16)
 
