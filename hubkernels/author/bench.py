@@ -69,7 +69,7 @@ class Benchmark:
     """
 
     seed: ClassVar[int | None] = None
-    shape: ClassVar[dict[str, int]] = {}
+    shape: dict[str, int] = {}  # the default shape per name; an instance holds the one it runs
     cpu_shape: ClassVar[dict[str, int]] = {}
     report_shape: ClassVar[tuple[str, ...]] = ()
     peers: ClassVar[dict[str, dict[str, Callable[..., Any]]]] = {}

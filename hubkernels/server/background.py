@@ -133,7 +133,7 @@ class BackgroundHub:
         limits: Limits | None = None,
     ) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="hubkernels-hub-") if root is None else None
-        self.root = Path(self._tmp.name if self._tmp else root).resolve()
+        self.root = Path(self._tmp.name if self._tmp else str(root)).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.app = create_app(
             self.root,

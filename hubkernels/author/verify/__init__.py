@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["CHECKS", "Check", "Verdict", "format_table", "verify"]
 
@@ -100,7 +101,7 @@ def verify(
             if on_check is not None:
                 on_check(c)
 
-    builds: dict = {}  # type: ignore[type-arg]
+    builds: dict[str, Any] = {}
     add(steps.build_all(config, builds, skip="build" in skip))
     cpu = builds.get("cpu")
     if "abi" not in skip:
@@ -108,7 +109,7 @@ def verify(
     if "tests" not in skip:
         add(steps.run_tests(config, builds))
     kernel = steps.load(cpu) if cpu is not None else None
-    if kernel is None:
+    if cpu is None or kernel is None:
         for name in ("compile", "vector", "speed"):
             if name not in skip:
                 add([Check(name, "cpu", "skip", "no CPU build to load")])

@@ -220,7 +220,9 @@ class XetStore:
         last = record["size"] - 1 if last is None else min(last, record["size"] - 1)
         if first > last:
             raise HubError(416, f"Range start {first} is past the end of the {record['size']}-byte file.")
-        terms, wanted, offset, pos = [], {}, 0, 0
+        terms: list[dict[str, Any]] = []
+        wanted: dict[str, tuple[Any, list[tuple[int, int]]]] = {}
+        offset, pos = 0, 0
         for xorb_hex, size, start, end in record["terms"]:
             t_start, pos = pos, pos + size
             if pos <= first or t_start > last:
