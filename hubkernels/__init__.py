@@ -11,17 +11,17 @@ _EXPORTS = {
     "build_kernel": "hubkernels.build",
     "load_config": "hubkernels.config",
     "ConfigError": "hubkernels.config",
-    "get_local_kernel": "hubkernels.load",
-    "loaded_kernels": "hubkernels.load",
+    "get_local_kernel": "hubkernels.fetch.importer",
+    "loaded_kernels": "hubkernels.fetch.importer",
     "system_variants": "hubkernels.variants",
     "resolve": "hubkernels.variants",
     "Variant": "hubkernels.system",
     "get_kernel": "hubkernels.fetch",
-    "get_kernel_dep": "hubkernels.kernel_deps",
+    "get_kernel_dep": "hubkernels.fetch.kernel_deps",
     "has_kernel": "hubkernels.fetch",
     "get_kernel_variants": "hubkernels.fetch",
     "install_kernel": "hubkernels.fetch",
-    "load_locked": "hubkernels.fetch.locked",
+    "load_locked": "hubkernels.fetch.lock",
     "kernelize": "hubkernels.integrations",
     "from_pretrained": "hubkernels.integrations",
     **{
@@ -58,7 +58,7 @@ _EXPORTS = {
             "VariantImportError",
         )
     },
-    "KernelDependencyError": "hubkernels.kernel_deps",
+    "KernelDependencyError": "hubkernels.fetch.kernel_deps",
     "CompileError": "hubkernels.build",
     "ScaffoldError": "hubkernels.scaffold",
     "ToolchainError": "hubkernels.toolchain",
@@ -68,8 +68,8 @@ _EXPORTS = {
     "XetFormatError": "hubkernels.server.xet_format",
     "PublishError": "hubkernels.publish",
     "SliceError": "hubkernels.slice",
-    "LockFileError": "hubkernels.lock",
-    "OpNamespaceError": "hubkernels.load",
+    "LockFileError": "hubkernels.fetch.lockfile",
+    "OpNamespaceError": "hubkernels.fetch.importer",
     "KernelNotFoundError": "hubkernels.fetch",
     "UntrustedKernelError": "hubkernels.fetch",
     "DownloadError": "hubkernels.fetch",
@@ -99,9 +99,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .build import build as build_kernel
     from .config import ConfigError, load_config
     from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
-    from .fetch.locked import load_locked
+    from .fetch.importer import get_local_kernel, loaded_kernels
+    from .fetch.kernel_deps import get_kernel_dep
+    from .fetch.lock import load_locked
     from .integrations import from_pretrained, kernelize
-    from .kernel_deps import get_kernel_dep
     from .layers import (
         CUDAProperties,
         Device,
@@ -118,6 +119,5 @@ if TYPE_CHECKING:  # pragma: no cover
         use_kernel_forward_from_hub,
         use_kernel_mapping,
     )
-    from .load import get_local_kernel, loaded_kernels
     from .system import System, Variant
     from .variants import resolve, system_variants

@@ -30,7 +30,7 @@ from hubkernels.fetch import (
     install,
     install_kernel,
 )
-from hubkernels.fetch._local import RepoState, repo_folder
+from hubkernels.fetch.cache import RepoState, repo_folder
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
 from hubkernels.variants import Accepted, Rejected

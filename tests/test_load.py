@@ -9,7 +9,7 @@ import pytest
 
 import hubkernels
 from hubkernels.errors import KernelLoadError, VariantNotFoundError
-from hubkernels.load import check_capability, import_variant
+from hubkernels.fetch.importer import check_capability, import_variant
 from hubkernels.metadata import Metadata
 from hubkernels.system import System
 from hubkernels.variants import cuda_arch_supports

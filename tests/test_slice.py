@@ -136,11 +136,11 @@ def test_upload_publishes_a_slice_per_arch_and_the_loader_downloads_only_its_arc
         cache = tmp_path / f"cache-{arch}"
         run_python(
             f"""
-            from hubkernels.fetch import _artifact, _local, _hub, resolve_ref
-            from hubkernels.fetch._verify import _download_and_verify
-            state, remote = _local.RepoState({repo_id!r}), _hub.Remote({repo_id!r})
+            from hubkernels.fetch import artifact, cache, remote, resolve_ref
+            from hubkernels.fetch.download import _download_and_verify
+            state, remote = cache.RepoState({repo_id!r}), remote.Remote({repo_id!r})
             ref = resolve_ref(state, remote, 1, None)
-            tree = _artifact.listing(state, remote, ref.commit)
+            tree = artifact.listing(state, remote, ref.commit)
             _download_and_verify(state, remote, ref, {VARIANT!r}, tree, False)
             print(open(state.variant_dir(ref.commit, {VARIANT!r}) / "metadata.json").read())
             """,

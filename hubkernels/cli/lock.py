@@ -9,6 +9,6 @@ HELP = "pin Hub kernels to exact commits and variant hashes in a lock file"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from ..fetch.locked import register_cli
+    from ..fetch.lock import register_cli
 
     register_cli(sub)

@@ -32,15 +32,15 @@ from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, UsageError, VariantImportError, VariantNotFoundError
 from ..layout import check_repo_id, ships
-from ..load import Verified
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
-from ._artifact import listing
-from ._hub import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
-from ._local import Refs, RepoState, TreeEntry, compile_sources, is_commit, version_of
-from ._trust import TrustRemoteCode
-from ._trust import check_trust as _check_trust
-from ._verify import _download_and_verify, _shipped  # noqa: F401  (the tests reach them here)
+from .artifact import listing
+from .cache import Refs, RepoState, TreeEntry, compile_sources, is_commit, version_of
+from .download import _download_and_verify, _shipped  # noqa: F401  (the tests reach them here)
+from .importer import Verified
+from .remote import DownloadError, KernelNotFoundError, Remote, UntrustedKernelError
+from .trust import TrustRemoteCode
+from .trust import check_trust as _check_trust
 
 __all__ = [
     "get_kernel",
@@ -114,7 +114,7 @@ def get_kernel(
     if lockfile is not None:
         if version is not None or revision is not None:
             raise UsageError("pass lockfile= or version=/revision=, not both: the lock file pins the revision")
-        from .locked import load_locked
+        from .lock import load_locked
 
         return load_locked(
             repo_id,
@@ -126,7 +126,7 @@ def get_kernel(
         )
     local = settings.local_kernels().get(repo_id)
     if local is not None:
-        from ..load import get_local_kernel
+        from .importer import get_local_kernel
 
         logger.info("%s: loading the local build at %s (LOCAL_KERNELS)", repo_id, local)
         return get_local_kernel(local, backend, trust_remote_code=trust_remote_code)

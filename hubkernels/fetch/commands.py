@@ -7,8 +7,8 @@ import json
 from .. import settings
 from ..variants import Accepted
 from . import _refs, _resolution, install_kernel, parse_spec
-from ._hub import Remote
-from ._local import RepoState
+from .cache import RepoState
+from .remote import Remote
 
 
 def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -30,7 +30,7 @@ def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--backend", help="resolve for this backend (cpu or the machine's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_info)
-    from .locked import register_cli as register_lock
+    from .lock import register_cli as register_lock
 
     register_lock(subparsers)
 

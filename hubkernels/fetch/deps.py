@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from .. import settings
 from ..errors import HubkernelsError, VariantNotFoundError
-from ..kernel_deps import KernelDependencyError, get_kernel_dep, providing
 from ..metadata import Metadata
+from .kernel_deps import KernelDependencyError, get_kernel_dep, providing
 
 if TYPE_CHECKING:
     from . import Installed, TrustRemoteCode
@@ -147,7 +147,7 @@ def local_dependencies(
 
 def import_with_dependencies(installed: Installed) -> ModuleType:
     """Import the dependencies (depth first), then the variant with them available to `get_kernel_dep`."""
-    from ..load import import_variant
+    from .importer import import_variant
 
     modules = {dep.repo_id: import_with_dependencies(dep) for dep in installed.deps}
     return import_variant(installed.path, verify=installed.verified is None, verified=installed.verified, deps=modules)
@@ -170,7 +170,7 @@ def _install_one(
 
     local = settings.local_kernels().get(dep.repo_id)
     if local is not None:  # LOCAL_KERNELS overrides dependencies too, as in HF kernels
-        from ..load import resolve_local
+        from .importer import resolve_local
 
         path, resolution = resolve_local(local, backend)
         return Installed(dep.repo_id, "", None, path.name, path, "", resolution, True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import settings
 from .device import _device_type, _model_device, capability_of, module_device
-from .globals import Key, LayerMatch, Table, current_mapping, layer_name_of
+from .mapping import Key, LayerMatch, Table, current_mapping, layer_name_of
 from .mode import Mode, check_kernelize_mode
 from .repos import RepositoryProtocol, select_repository
 

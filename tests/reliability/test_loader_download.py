@@ -17,7 +17,7 @@ from helpers import make_kernel, new_repo, without_artifacts
 
 from hubkernels.errors import HubkernelsError
 from hubkernels.fetch import DownloadError, get_kernel, install, kernel_versions
-from hubkernels.fetch._local import RepoState
+from hubkernels.fetch.cache import RepoState
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -37,7 +37,7 @@ from typing import Any
 from .. import digest as _digest
 from .. import settings
 from ..layout import shipped_files
-from ..load import Verified
+from .importer import Verified
 
 #: Compiled code is kept per interpreter: its cache tag and bytecode magic number.
 _CODE_TAG = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"

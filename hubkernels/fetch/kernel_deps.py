@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from types import ModuleType
 from typing import Any
 
-from .errors import HubkernelsError
+from ..errors import HubkernelsError
 
 __all__ = ["KernelDependencyError", "get_kernel_dep", "providing"]
 

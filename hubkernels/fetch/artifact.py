@@ -27,8 +27,8 @@ from .. import settings
 from ..errors import DigestError
 from ..layout import WHEELS_DIR, wheel_label
 from ..slice import sm_of
-from ._hub import Remote, call
-from ._local import RepoState, TreeEntry, _read_json, _write_json, git_blob_id
+from .cache import RepoState, TreeEntry, _read_json, _write_json, git_blob_id
+from .remote import Remote, call
 
 if TYPE_CHECKING:
     from . import Ref

@@ -23,7 +23,7 @@ from typing import Any
 
 import tomllib
 
-from .errors import HubkernelsError
+from ..errors import HubkernelsError
 
 DEFAULT_LOCKFILE = "kernels.lock"
 DIGESTS_SUFFIX = ".digests"
@@ -257,5 +257,5 @@ def __getattr__(name: str) -> Any:
     if name in ("lock", "lock_kernel", "lock_project", "install_locked", "load_locked", "register_cli"):
         import importlib
 
-        return getattr(importlib.import_module("hubkernels.fetch.locked"), name)
+        return getattr(importlib.import_module("hubkernels.fetch.lock"), name)
     raise AttributeError(f"module 'hubkernels.lock' has no attribute {name!r}")

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from .. import digest as _digest
 from ..errors import DigestError, VariantNotFoundError
 from ..layout import ships
-from ..load import Verified
 from ..metadata import Metadata
-from ._hub import KernelNotFoundError, Remote
-from ._local import RepoState, TreeEntry, compile_sources
+from .cache import RepoState, TreeEntry, compile_sources
+from .importer import Verified
+from .remote import KernelNotFoundError, Remote
 
 if TYPE_CHECKING:
     from . import Ref
@@ -32,7 +32,7 @@ def _download_and_verify(
     """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256 and
     what was verified."""
     if tree is not None:  # the variant's artifact where one is published (`_artifact`), else its files one by one
-        from ._artifact import install_artifact
+        from .artifact import install_artifact
 
         unpacked, tree = install_artifact(state, remote, ref, variant, tree, force)
         if unpacked:

@@ -17,7 +17,10 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import UsageError
-from ..lock import (
+from ..metadata import Metadata
+from . import TrustRemoteCode, _tree, import_installed, install, parse_spec, resolve_ref
+from .cache import RepoState
+from .lockfile import (
     DEFAULT_LOCKFILE,
     LockedVariant,
     LockEntry,
@@ -28,10 +31,7 @@ from ..lock import (
     read_lock,
     write_lock,
 )
-from ..metadata import Metadata
-from . import TrustRemoteCode, _tree, import_installed, install, parse_spec, resolve_ref
-from ._hub import KernelNotFoundError, Remote
-from ._local import RepoState
+from .remote import KernelNotFoundError, Remote
 
 logger = logging.getLogger("hubkernels.fetch")
 

@@ -23,13 +23,13 @@ from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
 
-from . import digest as _digest
-from .errors import KernelLoadError, VariantImportError
+from .. import digest as _digest
+from ..errors import KernelLoadError, VariantImportError
+from ..layout import variant_dirs  # noqa: F401  (re-exported: where a local kernel's variants live)
+from ..metadata import Metadata
+from ..system import System
+from ..variants import Resolution, archs_support, minver_reason, require, resolve
 from .kernel_deps import providing
-from .layout import variant_dirs  # noqa: F401  (re-exported: where a local kernel's variants live)
-from .metadata import Metadata
-from .system import System
-from .variants import Resolution, archs_support, minver_reason, require, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def get_local_kernel(
     logger.info("loading %s from %s", resolution.chosen, variant_dir)
     deps = None
     if Metadata.read(variant_dir).kernel_depends:
-        from .fetch.deps import local_dependencies
+        from .deps import local_dependencies
 
         deps = local_dependencies(variant_dir, backend=backend, trust_remote_code=trust_remote_code)
     return import_variant(variant_dir, verify=verify, deps=deps)
