@@ -11,17 +11,17 @@ _EXPORTS = {
     "build_kernel": "hubkernels.build",
     "load_config": "hubkernels.config",
     "ConfigError": "hubkernels.config",
-    "get_local_kernel": "hubkernels.fetch.importer",
-    "loaded_kernels": "hubkernels.fetch.importer",
+    "get_local_kernel": "hubkernels.fetch",
+    "loaded_kernels": "hubkernels.fetch",
     "system_variants": "hubkernels.variants",
     "resolve": "hubkernels.variants",
     "Variant": "hubkernels.system",
     "get_kernel": "hubkernels.fetch",
-    "get_kernel_dep": "hubkernels.fetch.kernel_deps",
+    "get_kernel_dep": "hubkernels.fetch",
     "has_kernel": "hubkernels.fetch",
     "get_kernel_variants": "hubkernels.fetch",
     "install_kernel": "hubkernels.fetch",
-    "load_locked": "hubkernels.fetch.lock",
+    "load_locked": "hubkernels.fetch",
     "kernelize": "hubkernels.integrations",
     "from_pretrained": "hubkernels.integrations",
     **{
@@ -58,7 +58,7 @@ _EXPORTS = {
             "VariantImportError",
         )
     },
-    "KernelDependencyError": "hubkernels.fetch.kernel_deps",
+    "KernelDependencyError": "hubkernels.fetch",
     "CompileError": "hubkernels.build",
     "ScaffoldError": "hubkernels.scaffold",
     "ToolchainError": "hubkernels.toolchain",
@@ -68,8 +68,8 @@ _EXPORTS = {
     "XetFormatError": "hubkernels.server.xet_format",
     "PublishError": "hubkernels.publish",
     "SliceError": "hubkernels.slice",
-    "LockFileError": "hubkernels.fetch.lockfile",
-    "OpNamespaceError": "hubkernels.fetch.importer",
+    "LockFileError": "hubkernels.fetch",
+    "OpNamespaceError": "hubkernels.fetch",
     "KernelNotFoundError": "hubkernels.fetch",
     "UntrustedKernelError": "hubkernels.fetch",
     "DownloadError": "hubkernels.fetch",
@@ -98,10 +98,16 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover
     from .build import build as build_kernel
     from .config import ConfigError, load_config
-    from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
-    from .fetch.importer import get_local_kernel, loaded_kernels
-    from .fetch.kernel_deps import get_kernel_dep
-    from .fetch.lock import load_locked
+    from .fetch import (
+        get_kernel,
+        get_kernel_dep,
+        get_kernel_variants,
+        get_local_kernel,
+        has_kernel,
+        install_kernel,
+        load_locked,
+        loaded_kernels,
+    )
     from .integrations import from_pretrained, kernelize
     from .layers import (
         CUDAProperties,

@@ -123,7 +123,7 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
         os.environ.pop(name, None)
     from .build import build
     from .config import load_config
-    from .fetch.importer import resolve_local
+    from .fetch import resolve_local
     from .publish import upload
 
     repo_id = f"hubkernels/{load_config(path).name}"

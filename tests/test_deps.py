@@ -19,10 +19,9 @@ from helpers import run_python
 
 import hubkernels
 from hubkernels.errors import KernelLoadError
-from hubkernels.fetch import UntrustedKernelError, get_kernel, install
-from hubkernels.fetch.importer import loaded_kernels
+from hubkernels.fetch import UntrustedKernelError, get_kernel, loaded_kernels, lock
+from hubkernels.fetch.install import install
 from hubkernels.fetch.kernel_deps import KernelDependencyError, get_kernel_dep
-from hubkernels.fetch.lock import lock
 from hubkernels.publish import upload
 
 

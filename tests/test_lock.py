@@ -12,8 +12,7 @@ from helpers import make_kernel, new_repo, run_python
 
 from hubkernels import cli
 from hubkernels.errors import DigestError, UsageError
-from hubkernels.fetch import get_kernel
-from hubkernels.fetch.lock import install_locked, load_locked, lock, lock_project
+from hubkernels.fetch import get_kernel, install_locked, load_locked, lock, lock_project
 from hubkernels.fetch.lockfile import LockFileError, digests_path, read_lock, write_lock
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload

@@ -11,37 +11,38 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
-import re
-import struct
 import sys
 import threading
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import CodeType, ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .. import digest as _digest
 from ..errors import KernelLoadError, VariantImportError
-from ..layout import variant_dirs  # noqa: F401  (re-exported: where a local kernel's variants live)
 from ..metadata import Metadata
 from ..system import System
-from ..variants import Resolution, archs_support, minver_reason, require, resolve
-from .kernel_deps import providing
+from ..variants import archs_support, minver_reason
+from .cache import Verified
+from .kernel_deps import check_python_depends, providing
+from .native import OpNamespaceError, check_library, load_failure, release
+
+if TYPE_CHECKING:
+    from .install import Installed
+
+__all__ = [
+    "LoadedKernel",
+    "OpNamespaceError",
+    "check_capability",
+    "import_installed",
+    "import_variant",
+    "loaded_kernels",
+]
 
 logger = logging.getLogger(__name__)
-
-#: Python dependencies a kernel may declare (kernel-builder's curated list) -> the module to import.
-_PYTHON_DEPENDS = {
-    "einops": "einops",
-    "helion": "helion",
-    "tvm-ffi": "tvm_ffi",
-    "nvidia-cutlass-dsl": "cutlass",
-    "nki": "nki",
-    "onednn": None,
-}
 
 
 @dataclass(frozen=True)
@@ -61,38 +62,6 @@ def loaded_kernels() -> list[LoadedKernel]:
     """The variants imported in this process, in import order."""
     with _lock:
         return list(_loaded.values())
-
-
-def resolve_local(
-    path: str | Path, backend: str | None = None, system: System | None = None
-) -> tuple[Path, Resolution]:
-    """Resolve the best variant of a local kernel directory; returns (its directory, the full trace)."""
-    base, found = variant_dirs(path)
-    resolution = resolve(found, system, backend)
-    chosen = require(resolution, str(base))
-    return found[str(chosen)], resolution
-
-
-def get_local_kernel(
-    repo_path: str | Path,
-    backend: str | None = None,
-    *,
-    verify: bool = False,
-    trust_remote_code: bool | list[str] = False,
-) -> ModuleType:
-    """Import the best variant of a locally built kernel (`hubkernels build` output or a variant dir).
-
-    `verify=True` checks every file against the digest in metadata.json before importing. Its `kernel-depends`
-    come from the Hub (or LOCAL_KERNELS), under `trust_remote_code` as in `get_kernel`.
-    """
-    variant_dir, resolution = resolve_local(repo_path, backend)
-    logger.info("loading %s from %s", resolution.chosen, variant_dir)
-    deps = None
-    if Metadata.read(variant_dir).kernel_depends:
-        from .deps import local_dependencies
-
-        deps = local_dependencies(variant_dir, backend=backend, trust_remote_code=trust_remote_code)
-    return import_variant(variant_dir, verify=verify, deps=deps)
 
 
 def check_capability(metadata: Metadata, system: System) -> None:
@@ -118,25 +87,6 @@ def check_capability(metadata: Metadata, system: System) -> None:
         f"but the GPUs here are {have}. Ask for a build that includes your GPU's capability, or build it "
         "yourself with `hubkernels build` on this machine."
     )
-
-
-def _check_python_depends(metadata: Metadata) -> None:
-    for dep in metadata.python_depends:
-        if dep not in _PYTHON_DEPENDS:
-            raise KernelLoadError(f"{metadata.name} declares unsupported Python dependency {dep!r}")
-        module = _PYTHON_DEPENDS[dep]
-        if module and importlib.util.find_spec(module) is None:
-            raise KernelLoadError(f"{metadata.name} requires the Python package {dep!r}: pip install {dep}")
-
-
-@dataclass(frozen=True)
-class Verified:
-    """What a variant's files were verified to be: `{relative path: b64 hash}` in `algorithm` (the digest's), and
-    optionally code objects compiled from exactly those sources (`{b64 hash of the source: code}`)."""
-
-    algorithm: str
-    files: Mapping[str, str]
-    code: Mapping[str, CodeType] = field(default_factory=dict)
 
 
 def import_variant(
@@ -171,19 +121,34 @@ def import_variant(
             hashes = _digest.verify_variant(variant_dir, metadata.digest)
             verified = Verified((metadata.digest or {}).get("algorithm", "sha256"), hashes)
         check_capability(metadata, system or System.current())
-        _check_python_depends(metadata)
+        check_python_depends(metadata)
         init = _entry_file(variant_dir, metadata)
         adopted = _already_imported(metadata, init)
         if adopted is not None:
             _loaded[metadata.id] = LoadedKernel(variant_dir, metadata, adopted)
             return adopted
-        _check_library(variant_dir, metadata)
+        check_library(variant_dir, metadata)
         if metadata.dirty:
             warnings.warn(f"{metadata.name} ({metadata.id}) was built from a dirty git tree", UserWarning, stacklevel=3)
         with providing(deps or {}):
             module = _exec_package(metadata, variant_dir, init, verified)
         _loaded[metadata.id] = LoadedKernel(variant_dir, metadata, module)
         return module
+
+
+def import_installed(installed: Installed) -> ModuleType:
+    """Import a variant installed from the Hub, its kernel dependencies first (depth first), each under its id."""
+    deps = {dep.repo_id: import_installed(dep) for dep in installed.deps}
+    module = import_variant(installed.path, verify=installed.verified is None, verified=installed.verified, deps=deps)
+    logger.info(
+        "%s: loaded %s (%s, commit %s) from %s",
+        installed.repo_id,
+        installed.variant,
+        f"v{installed.version}" if installed.version is not None else "pinned revision",
+        installed.commit[:7] or "local",
+        installed.path,
+    )
+    return module
 
 
 def _entry_file(variant_dir: Path, metadata: Metadata) -> Path:
@@ -210,110 +175,6 @@ def _already_imported(metadata: Metadata, init: Path) -> ModuleType | None:
     )
 
 
-def _check_library(variant_dir: Path, metadata: Metadata) -> None:
-    """An arch variant's native module must be `<id>.abi3.so` and define `PyInit_<id>`: the id is its op namespace."""
-    natives = sorted(p.name for p in variant_dir.iterdir() if p.suffix in (".so", ".pyd") and p.is_file())
-    if not natives:
-        return  # noarch: Python only
-    own = [n for n in natives if n.split(".", 1)[0] == metadata.id]
-    if not own:
-        raise KernelLoadError(
-            f"{variant_dir}: metadata.json's id {metadata.id!r} names no native module here (found "
-            f"{', '.join(natives)}); the id must be the library's own op namespace. The variant was altered after "
-            "it was built: download or build it again."
-        )
-    library = variant_dir / own[0]
-    exports, namespaces = _native_facts(library)
-    # TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) names its init symbol after the macro, unexpanded, while the namespace
-    # it registers is the macro's value: the build's id (kernel-builder's rule)
-    namespaces = {metadata.id if ns == "TORCH_EXTENSION_NAME" else ns for ns in namespaces}
-    if exports is None:  # not ELF (Mach-O, PE): the bytes are all there is to go on
-        exports = {f"PyInit_{metadata.id}"} if f"PyInit_{metadata.id}\0".encode() in library.read_bytes() else set()
-    if f"PyInit_{metadata.id}" not in exports:
-        raise KernelLoadError(
-            f"{library} does not define PyInit_{metadata.id}: it was built under another id and "
-            "renamed, and loading it would register another build's torch ops twice. Download or build it again."
-        )
-    for namespace in sorted(namespaces or {metadata.id}):  # kernel-builder's rule: the namespace is the id
-        holder = _namespace_holders.get(namespace)
-        if holder is not None and holder == library.resolve():
-            continue  # this very library is loaded already: dlopen hands back the same copy
-        if holder is not None or namespace in _registered_namespaces():
-            raise OpNamespaceError(
-                f"{library} registers the torch op namespace {namespace!r}, which "
-                f"{holder or 'another library'} already registered in this process (as module "
-                f"{metadata.id!r}); two builds cannot share one op namespace, and loading this one would crash the "
-                "process. Load one build per op namespace per process (restart to switch builds)."
-            )
-    for namespace in namespaces or {metadata.id}:
-        _namespace_holders[namespace] = library.resolve()
-
-
-class OpNamespaceError(KernelLoadError):
-    """A native library registers a torch op namespace that another library already registered in this process."""
-
-
-#: Op namespaces the native libraries this process loaded register -> the library (its resolved path).
-_namespace_holders: dict[str, Path] = {}
-_LIBRARY_INIT_RE = re.compile(rb"(?:^|_ZL\d+)(?:STABLE_)?TORCH_LIBRARY_static_init_([A-Za-z0-9_]{1,256})$")
-
-
-def _native_facts(library: Path) -> tuple[set[str] | None, set[str]]:
-    """(functions the ELF library exports, torch op namespaces its TORCH_LIBRARY blocks define), read from its
-    dynamic and static symbol tables without loading it (bytes appended to the file or outside those tables
-    count for nothing). The namespaces are empty for a stripped library; exports are None for a non-ELF file."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
-    exports: set[str] = set()
-    namespaces: set[str] = set()
-    try:
-        with open(library, "rb") as f:
-            if f.read(4) != b"\x7fELF":
-                return None, namespaces
-            f.seek(0)
-            elf = ELFFile(f)
-            dynsym = elf.get_section_by_name(".dynsym")
-            if dynsym is not None:
-                exports = _exported_functions(elf, dynsym)
-            symtab = elf.get_section_by_name(".symtab")
-            strtab = elf.get_section(symtab["sh_link"]) if symtab is not None else None
-            if strtab is not None:
-                for name in strtab.data().split(b"\0"):
-                    match = _LIBRARY_INIT_RE.search(name)
-                    if match:
-                        namespaces.add(match.group(1).decode())
-    except (ELFError, OSError, ValueError, KeyError, AttributeError) as e:
-        raise KernelLoadError(f"{library} is not a readable ELF library ({e}): download or build it again.") from e
-    return exports, namespaces
-
-
-def _exported_functions(elf: Any, dynsym: Any) -> set[str]:
-    """Names of the defined global or weak functions of a dynamic symbol table (raw records on 64-bit
-    little-endian ELF, the common case, which is ~20x faster than pyelftools' symbol objects)."""
-    if not (elf.elfclass == 64 and elf.little_endian):
-        return {
-            sym.name
-            for sym in dynsym.iter_symbols()
-            if sym["st_shndx"] != "SHN_UNDEF"
-            and sym["st_info"]["type"] == "STT_FUNC"
-            and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
-        }
-    names = elf.get_section(dynsym["sh_link"]).data()
-    out = set()
-    for st_name, st_info, _other, st_shndx, _value, _size in struct.iter_unpack("<IBBHQQ", dynsym.data()):
-        if st_shndx != 0 and st_info & 0xF == 2 and st_info >> 4 in (1, 2):  # defined, STT_FUNC, GLOBAL/WEAK
-            out.add(names[st_name : names.index(b"\0", st_name)].decode("utf-8", "replace"))
-    return out
-
-
-def _registered_namespaces() -> set[str]:
-    """The torch op namespaces registered in this process now (by anyone: torch itself, HF `kernels` ...)."""
-    import torch
-
-    return {schema.name.split("::", 1)[0] for schema in torch._C._jit_get_all_schemas()}
-
-
 def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: Verified | None) -> ModuleType:
     """Execute the package; on failure remove only what this import added to sys.modules."""
     if verified is not None:
@@ -337,13 +198,10 @@ def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: V
             if name == metadata.id or name.startswith(metadata.id + "."):
                 sys.modules.pop(name, None)
         _finder.packages.pop(metadata.id, None)
-        mine = {p.resolve() for p in variant_dir.iterdir() if p.suffix in (".so", ".pyd")}
-        for namespace, holder in list(_namespace_holders.items()):  # a library that did not load holds nothing
-            if holder in mine and namespace not in _registered_namespaces():
-                del _namespace_holders[namespace]
+        release(variant_dir)  # a library that did not load holds no op namespace
         if not isinstance(e, Exception):
             raise
-        reason = _native_load_failure(e)
+        reason = load_failure(e)
         if reason is not None:
             raise VariantImportError(
                 f"{metadata.name} variant {variant_dir.name} does not load on this machine: {reason}",
@@ -352,26 +210,6 @@ def _exec_package(metadata: Metadata, variant_dir: Path, init: Path, verified: V
             ) from e
         raise KernelLoadError(f"importing {metadata.name} from {variant_dir} failed: {e}") from e
     return module
-
-
-_DLOPEN_FAILURES = (
-    (re.compile(r"([^\s:]+\.so[^\s:]*): undefined symbol: (\S+)"), "{1} calls {2}, which nothing loaded exports"),
-    (re.compile(r"([^\s:]+\.so[^\s:]*): cannot open shared object file"), "{1} is not installed"),
-    (re.compile(r"version `([^']+)' not found \(required by ([^)]+)\)"), "{2} needs {1}, which this system lacks"),
-)
-
-
-def _native_load_failure(error: BaseException) -> str | None:
-    """One line on why the dynamic linker refused a variant's module, or None for any other import failure."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, (ImportError, OSError)):
-            for pattern, text in _DLOPEN_FAILURES:
-                m = pattern.search(str(seen))
-                if m:
-                    return text.format(m.group(0), *(Path(g).name for g in m.groups()))
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 class _VerifiedSourceLoader(importlib.machinery.SourceFileLoader):

@@ -8,22 +8,27 @@ per-file digest it carries) lives beside it, in `<lockfile>.digests`, keyed by r
 `pyproject.toml` as `[tool.kernels.dependencies]` `"org/name" = <major version>`.
 
 Older files still read: hubkernels' format 1 (`{"hubkernels_lock": 1, ...}`) and the list of
-`{"repo_id", "sha", "variants"}` that kernels wrote before 0.17. Resolving and loading live in
-`hubkernels.fetch.locked` (`lock`, `load_locked`, ...), still importable from here.
+`{"repo_id", "sha", "variants"}` that kernels wrote before 0.17. Locking lives in `fetch.locking`, loading what a
+lock says in `fetch.load` (`load_locked`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from ..errors import HubkernelsError
+from ..layout import write_atomic
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package (a dependency there)
+    import tomli as tomllib
 
 DEFAULT_LOCKFILE = "kernels.lock"
 DIGESTS_SUFFIX = ".digests"
@@ -86,10 +91,10 @@ def write_lock(path: str | Path, entries: Iterable[LockEntry]) -> None:
         if e.variants
     }
     path = Path(path)
-    _write_atomic(path, json.dumps(locks, indent=2) + "\n")
+    write_atomic(path, json.dumps(locks, indent=2) + "\n")
     side = digests_path(path)
     if digests:
-        _write_atomic(side, json.dumps({"hubkernels_digests": FORMAT, "kernels": digests}, indent=2) + "\n")
+        write_atomic(side, json.dumps({"hubkernels_digests": FORMAT, "kernels": digests}, indent=2) + "\n")
     elif side.exists():
         side.unlink()
 
@@ -179,7 +184,7 @@ def add_dependency(pyproject: str | Path, repo_id: str, version: int) -> None:
         raise LockFileError(
             f"cannot add {repo_id} to {pyproject} without rewriting it; add {line} under {_TABLE} yourself"
         )
-    _write_atomic(pyproject, new)
+    write_atomic(pyproject, new)
 
 
 def _kernels_entry(item: dict[str, Any]) -> LockEntry:
@@ -244,18 +249,3 @@ def _read_digests(path: Path) -> dict[str, dict[str, Any]]:
             "with `hubkernels lock`"
         )
     return data["kernels"]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def __getattr__(name: str) -> Any:
-    """`lock`, `lock_kernel`, `load_locked`, ... moved to hubkernels.fetch.locked; the old names still work."""
-    if name in ("lock", "lock_kernel", "lock_project", "install_locked", "load_locked", "register_cli"):
-        import importlib
-
-        return getattr(importlib.import_module("hubkernels.fetch.lock"), name)
-    raise AttributeError(f"module 'hubkernels.lock' has no attribute {name!r}")

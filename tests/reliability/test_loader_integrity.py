@@ -17,8 +17,8 @@ from huggingface_hub import constants
 from ltx_tiny import publish_ltx
 
 from hubkernels.errors import HubkernelsError
-from hubkernels.fetch import install
 from hubkernels.fetch.cache import RepoState
+from hubkernels.fetch.install import install
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("size change", "same-size content change", "content change, mtime restored")
