@@ -8,6 +8,7 @@ A variant directory holds a `metadata.json`; it ships every file in it except by
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -114,11 +115,32 @@ def installed_variant(package_dir: Path) -> str | None:
     return None
 
 
+_REPO_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
+#: The Hub's rule for each part of `org/name`, in words (for error messages).
+REPO_NAME_RULE = "letters, digits, '-', '_' and '.', at most 96 characters, no '--' or '..', not ending in '.git'"
+
+
+def is_repo_name(part: object) -> bool:
+    """Whether `part` is a name the Hub accepts for an organization, a user or a repository (`REPO_NAME_RULE`)."""
+    return (
+        isinstance(part, str)
+        and bool(_REPO_NAME.match(part))
+        and "--" not in part
+        and ".." not in part
+        and not part.endswith(".git")
+    )
+
+
+def is_repo_id(repo_id: object) -> bool:
+    """Whether `repo_id` is a Hub repo id: `org/name`, both parts `is_repo_name`."""
+    return isinstance(repo_id, str) and repo_id.count("/") == 1 and all(map(is_repo_name, repo_id.split("/")))
+
+
 def check_repo_id(repo_id: object) -> str:
-    """`repo_id` if it looks like the Hub's `org/name`; a UsageError saying so otherwise."""
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UsageError(f"repo_id must look like 'org/name', got {repo_id!r}")
-    return repo_id
+    """`repo_id` if it is the Hub's `org/name` (`is_repo_id`); a UsageError saying so otherwise."""
+    if not is_repo_id(repo_id):
+        raise UsageError(f"repo_id must look like 'org/name' ({REPO_NAME_RULE}), got {repo_id!r}")
+    return repo_id  # type: ignore[return-value]
 
 
 #: Where a version branch keeps its variant wheels (`<dist>-<version>-<tag>-<label>.whl`) and their variants index.

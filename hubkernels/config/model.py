@@ -53,7 +53,6 @@ _NAME_RE = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 _CUDA_CAP_RE = re.compile(r"^[0-9]+\.[0-9]+[af]?(\+PTX)?$")
 _ROCM_ARCH_RE = re.compile(r"^gfx[0-9a-z]+(:[a-z0-9_-]+[+-])*$")
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _EXT_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _GIT_SCHEMES = ("https", "http", "git", "ssh", "git+ssh", "git+https", "git+http")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HubkernelsError
-from ..layout import write_atomic
+from ..layout import is_repo_id, write_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -157,7 +157,7 @@ def read_dependencies(pyproject: str | Path) -> dict[str, int]:
             f"{pyproject} has no {_TABLE} table; add one with lines like "
             '"kernels-community/activation" = 1, or run `hubkernels lock ORG/NAME@vN --project DIR`'
         )
-    bad = [k for k, v in deps.items() if isinstance(v, bool) or not isinstance(v, int) or k.count("/") != 1]
+    bad = [k for k, v in deps.items() if isinstance(v, bool) or not isinstance(v, int) or not is_repo_id(k)]
     if bad:
         raise LockFileError(f'{pyproject} {_TABLE}: {", ".join(bad)} must be "org/name" = <major version number>')
     return dict(deps)
