@@ -6,7 +6,7 @@ in a variant), chooses the variant from the directory names as it would from bui
 artifact (the slice of the GPU arch it sees, else the variant's wheel) as one file, checks it against the sha256
 the listing gave, and unpacks its package directory into the cache's `build/<variant>/` in one rename. The files
 are then verified against metadata.json's digest as for any download. A repo without `wheels/` (published by
-kernel-builder) is listed and downloaded file by file as before (`_verify`). docs/wheels.md has the design.
+kernel-builder) is listed and downloaded file by file as before (`download`). docs/wheels.md has the design.
 
 The listing of `wheels/` is kept per commit in `hubkernels/trees/<commit>.wheels.json` (a commit never changes),
 and `<commit>.wheels.none` records that a commit has none.

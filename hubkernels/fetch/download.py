@@ -26,7 +26,7 @@ def download_and_verify(
 ) -> tuple[str, Verified]:
     """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256 and
     what was verified."""
-    if tree is not None:  # the variant's artifact where one is published (`_artifact`), else its files one by one
+    if tree is not None:  # the variant's artifact where one is published (`artifact`), else its files one by one
         from .artifact import install_artifact
 
         unpacked, tree = install_artifact(state, remote, ref, variant, tree, force)
