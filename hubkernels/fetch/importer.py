@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import logging
 import sys
 import threading
 import warnings
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import CodeType, ModuleType
-from typing import TYPE_CHECKING
 
 from .. import digest as _digest
 from ..errors import KernelLoadError, VariantImportError
@@ -30,19 +28,13 @@ from .cache import Verified
 from .kernel_deps import check_python_depends, providing
 from .native import OpNamespaceError, check_library, load_failure, release
 
-if TYPE_CHECKING:
-    from .install import Installed
-
 __all__ = [
     "LoadedKernel",
     "OpNamespaceError",
     "check_capability",
-    "import_installed",
     "import_variant",
     "loaded_kernels",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -134,21 +126,6 @@ def import_variant(
             module = _exec_package(metadata, variant_dir, init, verified)
         _loaded[metadata.id] = LoadedKernel(variant_dir, metadata, module)
         return module
-
-
-def import_installed(installed: Installed) -> ModuleType:
-    """Import a variant installed from the Hub, its kernel dependencies first (depth first), each under its id."""
-    deps = {dep.repo_id: import_installed(dep) for dep in installed.deps}
-    module = import_variant(installed.path, verify=installed.verified is None, verified=installed.verified, deps=deps)
-    logger.info(
-        "%s: loaded %s (%s, commit %s) from %s",
-        installed.repo_id,
-        installed.variant,
-        f"v{installed.version}" if installed.version is not None else "pinned revision",
-        installed.commit[:7] or "local",
-        installed.path,
-    )
-    return module
 
 
 def _entry_file(variant_dir: Path, metadata: Metadata) -> Path:

@@ -17,7 +17,7 @@ from ..layout import check_repo_id
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution
 from .cache import RepoState
-from .importer import import_installed, import_variant
+from .importer import import_variant
 from .install import Installed, install, install_dependency, resolve_local
 from .kernel_deps import declared
 from .lockfile import DEFAULT_LOCKFILE, lock_entry, read_lock
@@ -105,7 +105,7 @@ def get_kernel(
                 reason=next(iter(failed.values())),
             ) from e
         try:
-            return import_installed(installed)
+            return _import_installed(installed)
         except VariantImportError as e:
             if installed.variant in failed:  # a build from source that does not load either
                 raise
@@ -209,7 +209,7 @@ def get_local_kernel(
     variant_dir, resolved = resolve_local(repo_path, backend)
     logger.info("loading %s from %s", resolved.chosen, variant_dir)
     deps = {
-        dep.repo_id: import_installed(install_dependency(dep, backend=backend, trust_remote_code=trust_remote_code))
+        dep.repo_id: _import_installed(install_dependency(dep, backend=backend, trust_remote_code=trust_remote_code))
         for dep in declared(Metadata.read(variant_dir))
     }
     return import_variant(variant_dir, verify=verify, deps=deps)
@@ -238,7 +238,7 @@ def load_locked(
     cache_dir: str | Path | None = None,
 ) -> ModuleType:
     """Import the locked commit of `repo_id`; refuses a variant whose metadata.json differs from the locked one."""
-    return import_installed(_install_locked(repo_id, lockfile, backend, trust_remote_code, force_download, cache_dir))
+    return _import_installed(_install_locked(repo_id, lockfile, backend, trust_remote_code, force_download, cache_dir))
 
 
 def _install_locked(
@@ -270,3 +270,18 @@ def _install_locked(
         locked=locked,
         pins=pins,
     )
+
+
+def _import_installed(installed: Installed) -> ModuleType:
+    """Import a variant installed from the Hub, its kernel dependencies first (depth first), each under its id."""
+    deps = {dep.repo_id: _import_installed(dep) for dep in installed.deps}
+    module = import_variant(installed.path, verify=installed.verified is None, verified=installed.verified, deps=deps)
+    logger.info(
+        "%s: loaded %s (%s, commit %s) from %s",
+        installed.repo_id,
+        installed.variant,
+        f"v{installed.version}" if installed.version is not None else "pinned revision",
+        installed.commit[:7] or "local",
+        installed.path,
+    )
+    return module
