@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import settings
@@ -150,105 +150,63 @@ def install(
     )
     if not dependencies:
         return installed
-    return install_dependencies(
-        installed,
-        backend=backend,
-        trust_remote_code=trust_remote_code,
-        force_download=force_download,
-        cache_dir=cache_dir,
-        pins=pins,
-        build=build,
-    )
+    how = Options(backend, trust_remote_code, force_download, cache_dir, dict(pins or {}), build)
+    return install_dependencies(installed, how)
 
 
-def install_dependencies(
-    installed: Installed,
-    *,
-    backend: str | None,
-    trust_remote_code: TrustRemoteCode,
-    force_download: bool,
-    cache_dir: str | Path | None,
-    pins: Mapping[str, str] | None = None,
-    build: bool | None = None,
-    chain: tuple[str, ...] = (),
-) -> Installed:
-    """`installed` with its `kernel-depends` installed (and theirs), each as the dependent's metadata asks.
+@dataclass(frozen=True)
+class Options:
+    """How every kernel of one load is installed: its dependencies as the kernel itself. `pins` ({repo_id: commit},
+    from a lock) overrides what a dependent's metadata asks for."""
 
-    `pins` ({repo_id: commit}, from a lock) overrides what the metadata asks for; `chain` is the dependents above.
-    """
+    backend: str | None = None
+    trust_remote_code: TrustRemoteCode = False
+    force_download: bool = False
+    cache_dir: str | Path | None = None
+    pins: Mapping[str, str] = field(default_factory=dict)
+    build: bool | None = None
+
+
+def install_dependencies(installed: Installed, how: Options, chain: tuple[str, ...] = ()) -> Installed:
+    """`installed` with its `kernel-depends` installed (and theirs), each as the dependent's metadata asks;
+    `chain` is the dependents above it (a cycle is refused)."""
     wanted = declared(Metadata.read(installed.path))
     if not wanted:
         return installed
     chain = (*chain, installed.repo_id)
-    found = []
     for dep in wanted:
         if dep.repo_id in chain:
             raise KernelDependencyError(
                 f"cyclic kernel dependency: {' -> '.join((*chain, dep.repo_id))}. "
                 "A kernel cannot depend on itself, directly or through others."
             )
-        found.append(
-            install_dependency(
-                dep,
-                backend=backend,
-                trust_remote_code=trust_remote_code,
-                force_download=force_download,
-                cache_dir=cache_dir,
-                pins=pins,
-                build=build,
-                chain=chain,
-            )
-        )
-    return dataclasses.replace(installed, deps=tuple(found))
+    return dataclasses.replace(installed, deps=tuple(install_dependency(dep, how, chain) for dep in wanted))
 
 
-def install_dependency(
-    dep: Dependency,
-    *,
-    backend: str | None,
-    trust_remote_code: TrustRemoteCode,
-    force_download: bool = False,
-    cache_dir: str | Path | None = None,
-    pins: Mapping[str, str] | None = None,
-    build: bool | None = None,
-    chain: tuple[str, ...] = (),
-) -> Installed:
+def install_dependency(dep: Dependency, how: Options, chain: tuple[str, ...] = ()) -> Installed:
     """One kernel dependency installed, with its own: from LOCAL_KERNELS when it names it (as in HF kernels),
-    else from the Hub at the commit `pins` gives it, else as `dep` asks."""
+    else from the Hub at the commit `how.pins` gives it, else as `dep` asks."""
     local = settings.local_kernels().get(dep.repo_id)
     if local is not None:
-        path, resolution = resolve_local(local, backend)
-        child = Installed(dep.repo_id, "", None, path.name, path, "", resolution, True)
-    else:
-        pinned = (pins or {}).get(dep.repo_id)
-        try:
-            child = install(
-                dep.repo_id,
-                version=None if pinned else dep.version,
-                revision=pinned or dep.revision,
-                backend=backend,
-                trust_remote_code=trust_remote_code,
-                force_download=force_download,
-                cache_dir=cache_dir,
-                dependencies=False,
-                build=build,
-            )
-        except HubkernelsError as e:
-            also = (
-                " (build=True on the dependent's load builds its dependencies too.)"
-                if isinstance(e, VariantNotFoundError)
-                else ""
-            )
-            raise type(e)(
-                f"while installing kernel dependency {dep}{' (pinned ' + pinned[:7] + ')' if pinned else ''}: {e}{also}"
-            ) from e
-    return install_dependencies(
-        child,
-        backend=backend,
-        trust_remote_code=trust_remote_code,
-        force_download=force_download,
-        cache_dir=cache_dir,
-        pins=pins,
-        build=build,
-        chain=chain,
-    )
+        path, resolution = resolve_local(local, how.backend)
+        return install_dependencies(Installed(dep.repo_id, "", None, path.name, path, "", resolution, True), how, chain)
+    pinned = how.pins.get(dep.repo_id)
+    try:
+        child = install(
+            dep.repo_id,
+            version=None if pinned else dep.version,
+            revision=pinned or dep.revision,
+            backend=how.backend,
+            trust_remote_code=how.trust_remote_code,
+            force_download=how.force_download,
+            cache_dir=how.cache_dir,
+            dependencies=False,
+            build=how.build,
+        )
+    except HubkernelsError as e:
+        also = " (build=True on the dependent's load builds its dependencies too.)"
+        pin = f" (pinned {pinned[:7]})" if pinned else ""
+        raise type(e)(
+            f"while installing kernel dependency {dep}{pin}: {e}{also if isinstance(e, VariantNotFoundError) else ''}"
+        ) from e
+    return install_dependencies(child, how, chain)

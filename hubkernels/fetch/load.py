@@ -18,7 +18,7 @@ from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution
 from .cache import RepoState
 from .importer import import_variant
-from .install import Installed, install, install_dependency, resolve_local
+from .install import Installed, Options, install, install_dependency, resolve_local
 from .kernel_deps import declared
 from .lockfile import DEFAULT_LOCKFILE, lock_entry, read_lock
 from .remote import Remote
@@ -208,9 +208,9 @@ def get_local_kernel(
     """
     variant_dir, resolved = resolve_local(repo_path, backend)
     logger.info("loading %s from %s", resolved.chosen, variant_dir)
+    how = Options(backend=backend, trust_remote_code=trust_remote_code)
     deps = {
-        dep.repo_id: _import_installed(install_dependency(dep, backend=backend, trust_remote_code=trust_remote_code))
-        for dep in declared(Metadata.read(variant_dir))
+        dep.repo_id: _import_installed(install_dependency(dep, how)) for dep in declared(Metadata.read(variant_dir))
     }
     return import_variant(variant_dir, verify=verify, deps=deps)
 
