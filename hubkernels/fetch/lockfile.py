@@ -25,11 +25,6 @@ from typing import Any
 from ..errors import HubkernelsError
 from ..layout import is_repo_id, write_atomic
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, as a package (a dependency there)
-    import tomli as tomllib
-
 DEFAULT_LOCKFILE = "kernels.lock"
 DIGESTS_SUFFIX = ".digests"
 #: The format of the digests file (and of the old single-file hubkernels lock).
@@ -141,15 +136,15 @@ def lock_entry(lockfile: str | Path, repo_id: str) -> LockEntry:
 
 def read_dependencies(pyproject: str | Path) -> dict[str, int]:
     """`[tool.kernels.dependencies]` of a pyproject.toml: {"org/name": major version}."""
-    pyproject = Path(pyproject)
+    pyproject, toml = Path(pyproject), _toml()
     try:
-        data = tomllib.loads(pyproject.read_text())
+        data = toml.loads(pyproject.read_text())
     except FileNotFoundError:
         raise LockFileError(
             f"{pyproject} does not exist: name the kernels (`hubkernels lock ORG/NAME@vN`), or list "
             f"them in its {_TABLE} table"
         ) from None
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, toml.TOMLDecodeError) as e:
         raise LockFileError(f"{pyproject} cannot be read ({e})") from None
     deps = data.get("tool", {}).get("kernels", {}).get("dependencies")
     if not isinstance(deps, dict) or not deps:
@@ -176,9 +171,10 @@ def add_dependency(pyproject: str | Path, repo_id: str, version: int) -> None:
         new = text[: m.end()] + "\n" + line + text[m.end() :]
     else:
         new = text + ("\n" if text and not text.endswith("\n") else "") + ("\n" if text else "") + f"{_TABLE}\n{line}\n"
+    toml = _toml()
     try:
-        got = tomllib.loads(new).get("tool", {}).get("kernels", {}).get("dependencies", {})
-    except tomllib.TOMLDecodeError:
+        got = toml.loads(new).get("tool", {}).get("kernels", {}).get("dependencies", {})
+    except toml.TOMLDecodeError:
         got = {}
     if got.get(repo_id) != version:
         raise LockFileError(
@@ -249,3 +245,15 @@ def _read_digests(path: Path) -> dict[str, dict[str, Any]]:
             "with `hubkernels lock`"
         )
     return data["kernels"]
+
+
+def _toml() -> Any:
+    """The TOML reader, imported when a pyproject.toml is read (loading a kernel needs none): `tomllib`, or on
+    Python 3.10 the `tomli` package it came from (a dependency there)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib
+    import tomli
+
+    return tomli
