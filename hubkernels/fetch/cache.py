@@ -26,7 +26,7 @@ import marshal
 import re
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
@@ -328,15 +328,10 @@ def compile_sources(vdir: Path, verified: Verified) -> dict[str, CodeType]:
     return code
 
 
-def variant_files(variant_dir: Path) -> Iterator[tuple[str, Path]]:
-    """(posix relative path, path) of every file a variant ships, without bytecode caches."""
-    yield from shipped_files(variant_dir)
-
-
 def file_stats(variant_dir: Path) -> list[tuple[str, tuple[int, int, int]]]:
     """(relative path, (size, mtime_ns, inode)) of every file, following the cache's symlinks to the blobs."""
     out = []
-    for rel, p in variant_files(variant_dir):
+    for rel, p in shipped_files(variant_dir):
         st = p.stat()
         out.append((rel, (st.st_size, st.st_mtime_ns, st.st_ino)))
     return sorted(out)
