@@ -6,13 +6,23 @@ import argparse
 
 NAME = "download"
 HELP = "download and verify a Hub kernel's variant for this machine"
-SPEC_HELP = "org/name, org/name@v<N> or org/name@<revision>"
+
+
+def kernel_command(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    help: str,
+    backend: str,
+) -> argparse.ArgumentParser:
+    """A command over one Hub kernel: its `ORG/NAME[@vN|@REV]` and `--backend`."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("kernel", help="org/name, org/name@v<N> or org/name@<revision>")
+    p.add_argument("--backend", help=backend)
+    return p
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("kernel", help=SPEC_HELP)
-    p.add_argument("--backend", help="choose the variant for this backend (cpu or the machine's)")
+    p = kernel_command(sub, NAME, HELP, "choose the variant for this backend (cpu or the machine's)")
     p.add_argument("--trust-remote-code", action="store_true", help="load even if the publisher is not trusted")
     p.add_argument("--force", action="store_true", help="download again even if cached (repairs a damaged cache)")
     p.add_argument(

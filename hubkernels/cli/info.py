@@ -5,16 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from .download import SPEC_HELP
+from .download import kernel_command
 
 NAME = "info"
 HELP = "show a Hub kernel's versions and how its variants resolve here"
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(NAME, help=HELP)
-    p.add_argument("kernel", help=SPEC_HELP)
-    p.add_argument("--backend", help="resolve for this backend (cpu or the machine's)")
+    p = kernel_command(sub, NAME, HELP, "resolve for this backend (cpu or the machine's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 

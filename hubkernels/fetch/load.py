@@ -25,19 +25,6 @@ from .remote import Remote
 from .resolve import Ref, list_refs, resolution
 from .trust import TrustRemoteCode
 
-__all__ = [
-    "KernelInfo",
-    "get_kernel",
-    "get_kernel_variants",
-    "get_local_kernel",
-    "has_kernel",
-    "install_kernel",
-    "install_locked",
-    "kernel_info",
-    "kernel_versions",
-    "load_locked",
-]
-
 logger = logging.getLogger("hubkernels.fetch")
 
 
