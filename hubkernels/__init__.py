@@ -17,17 +17,17 @@ _EXPORTS = {
     "build_kernel": "hubkernels.build",
     "load_config": "hubkernels.config",
     "ConfigError": "hubkernels.config",
-    "get_local_kernel": "hubkernels.load",
-    "loaded_kernels": "hubkernels.load",
+    "get_local_kernel": "hubkernels.fetch",
+    "loaded_kernels": "hubkernels.fetch",
     "system_variants": "hubkernels.variants",
     "resolve": "hubkernels.variants",
     "Variant": "hubkernels.system",
     "get_kernel": "hubkernels.fetch",
-    "get_kernel_dep": "hubkernels.kernel_deps",
+    "get_kernel_dep": "hubkernels.fetch",
     "has_kernel": "hubkernels.fetch",
     "get_kernel_variants": "hubkernels.fetch",
     "install_kernel": "hubkernels.fetch",
-    "load_locked": "hubkernels.fetch.locked",
+    "load_locked": "hubkernels.fetch",
     "kernelize": "hubkernels.integrations",
     "from_pretrained": "hubkernels.integrations",
     **{
@@ -64,7 +64,7 @@ _EXPORTS = {
             "VariantImportError",
         )
     },
-    "KernelDependencyError": "hubkernels.kernel_deps",
+    "KernelDependencyError": "hubkernels.fetch",
     "CompileError": "hubkernels.build",
     "ScaffoldError": "hubkernels.author.scaffold",
     "ToolchainError": "hubkernels.toolchain",
@@ -75,8 +75,8 @@ _EXPORTS = {
     "XetFormatError": "hubkernels.server.xet.format",
     "PublishError": "hubkernels.publish",
     "SliceError": "hubkernels.slice",
-    "LockFileError": "hubkernels.lock",
-    "OpNamespaceError": "hubkernels.load",
+    "LockFileError": "hubkernels.fetch",
+    "OpNamespaceError": "hubkernels.fetch",
     "KernelNotFoundError": "hubkernels.fetch",
     "UntrustedKernelError": "hubkernels.fetch",
     "DownloadError": "hubkernels.fetch",
@@ -94,6 +94,11 @@ _MOVED = {
     "hubkernels.scaffold": "hubkernels.author.scaffold",
     "hubkernels.skill_cli": "hubkernels.author.skill_install",
     "hubkernels.verify": "hubkernels.author.verify",
+    "hubkernels.load": "hubkernels.fetch",
+    "hubkernels.lock": "hubkernels.fetch.lockfile",
+    "hubkernels.kernel_deps": "hubkernels.fetch.kernel_deps",
+    "hubkernels.fetch.locked": "hubkernels.fetch",
+    "hubkernels.layers.globals": "hubkernels.layers.mapping",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -145,10 +150,17 @@ if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
 if TYPE_CHECKING:  # pragma: no cover
     from .build import build as build_kernel
     from .config import ConfigError, load_config
-    from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
-    from .fetch.locked import load_locked
+    from .fetch import (
+        get_kernel,
+        get_kernel_dep,
+        get_kernel_variants,
+        get_local_kernel,
+        has_kernel,
+        install_kernel,
+        load_locked,
+        loaded_kernels,
+    )
     from .integrations import from_pretrained, kernelize
-    from .kernel_deps import get_kernel_dep
     from .layers import (
         CUDAProperties,
         Device,
@@ -165,6 +177,5 @@ if TYPE_CHECKING:  # pragma: no cover
         use_kernel_forward_from_hub,
         use_kernel_mapping,
     )
-    from .load import get_local_kernel, loaded_kernels
     from .system import System, Variant
     from .variants import resolve, system_variants

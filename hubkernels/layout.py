@@ -1,5 +1,5 @@
 """Where kernels live, one rule each: the files a build variant ships, the `build/<variant>/` directories of a
-kernel root, and the Hub's `org/name` repo ids.
+kernel root, the Hub's `org/name` repo ids, and how a file is put in place (`write_atomic`).
 
 A variant directory holds a `metadata.json`; it ships every file in it except bytecode caches (`__pycache__/`,
 `*.pyc`), whether it is built, uploaded, digested, packed as a wheel, downloaded or verified.
@@ -8,6 +8,8 @@ A variant directory holds a `metadata.json`; it ships every file in it except by
 from __future__ import annotations
 
 import os
+import re
+import tempfile
 from pathlib import Path
 
 from .errors import UsageError, VariantNotFoundError
@@ -42,6 +44,38 @@ def shipped_files(variant_dir: str | Path) -> list[tuple[str, Path]]:
                 else:
                     found.append((rel, path))
     return sorted(found, key=lambda item: item[1])
+
+
+def write_atomic(
+    path: str | Path,
+    data: bytes | str,
+    *,
+    mode: int | None = None,
+    durable: bool = False,
+    tmp_dir: str | Path | None = None,
+) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one, never a part: a temporary
+    file (beside `path`, or in `tmp_dir` on the same file system) renamed into place. `durable` syncs it to disk
+    first; `mode` sets its permissions before it appears (default: those of the file it replaces, else 0o644)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o7777
+        except OSError:
+            mode = 0o644
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir or path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def variant_dir(root: str | Path, variant: object) -> Path:
@@ -81,11 +115,32 @@ def installed_variant(package_dir: Path) -> str | None:
     return None
 
 
+_REPO_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
+#: The Hub's rule for each part of `org/name`, in words (for error messages).
+REPO_NAME_RULE = "letters, digits, '-', '_' and '.', at most 96 characters, no '--' or '..', not ending in '.git'"
+
+
+def is_repo_name(part: object) -> bool:
+    """Whether `part` is a name the Hub accepts for an organization, a user or a repository (`REPO_NAME_RULE`)."""
+    return (
+        isinstance(part, str)
+        and bool(_REPO_NAME.match(part))
+        and "--" not in part
+        and ".." not in part
+        and not part.endswith(".git")
+    )
+
+
+def is_repo_id(repo_id: object) -> bool:
+    """Whether `repo_id` is a Hub repo id: `org/name`, both parts `is_repo_name`."""
+    return isinstance(repo_id, str) and repo_id.count("/") == 1 and all(map(is_repo_name, repo_id.split("/")))
+
+
 def check_repo_id(repo_id: object) -> str:
-    """`repo_id` if it looks like the Hub's `org/name`; a UsageError saying so otherwise."""
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise UsageError(f"repo_id must look like 'org/name', got {repo_id!r}")
-    return repo_id
+    """`repo_id` if it is the Hub's `org/name` (`is_repo_id`); a UsageError saying so otherwise."""
+    if not is_repo_id(repo_id):
+        raise UsageError(f"repo_id must look like 'org/name' ({REPO_NAME_RULE}), got {repo_id!r}")
+    return repo_id  # type: ignore[return-value]
 
 
 #: Where a version branch keeps its variant wheels (`<dist>-<version>-<tag>-<label>.whl`) and their variants index.

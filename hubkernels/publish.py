@@ -12,7 +12,7 @@ Each variant also goes to `wheels/<variant>/` on the branch as one artifact, in 
 files: its PEP 825 variant wheel (`hubkernels.wheel`; a wheel without label for a variant PEP 825 cannot describe),
 beside `wheels/<dist>-<version>-variants.json`, the index of every variant wheel on the branch. `hubkernels serve`
 lists the labelled wheels as a package index; `get_kernel` downloads the one of the variant it chose instead of
-its files one by one (`hubkernels.fetch._artifact`).
+its files one by one (`hubkernels.fetch.artifact`).
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
         os.environ.pop(name, None)
     from hubkernels.build import build
     from hubkernels.config import load_config
-    from hubkernels.load import resolve_local
+    from hubkernels.fetch import resolve_local
     from hubkernels.publish import upload
 
     repo_id = f"hubkernels/{load_config(path).name}"

@@ -17,7 +17,7 @@ import hubkernels
 from hubkernels.build import build, unique_id
 from hubkernels.digest import hash_variant, verify_variant, violations
 from hubkernels.errors import BuildError, DigestError
-from hubkernels.load import import_variant
+from hubkernels.fetch.importer import import_variant
 from hubkernels.metadata import Metadata
 from hubkernels.system import System
 

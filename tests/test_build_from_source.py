@@ -28,8 +28,9 @@ from hubkernels import cli
 from hubkernels.config import load_config
 from hubkernels.digest import hash_variant
 from hubkernels.errors import DigestError, VariantNotFoundError
-from hubkernels.fetch import KernelNotFoundError, UntrustedKernelError, get_kernel, install
-from hubkernels.fetch._local import RepoState
+from hubkernels.fetch import KernelNotFoundError, UntrustedKernelError, get_kernel
+from hubkernels.fetch.cache import RepoState
+from hubkernels.fetch.install import install
 from hubkernels.metadata import Metadata
 from hubkernels.publish import source_files, upload
 

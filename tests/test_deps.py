@@ -19,10 +19,9 @@ from helpers import run_python
 
 import hubkernels
 from hubkernels.errors import KernelLoadError
-from hubkernels.fetch import UntrustedKernelError, get_kernel, install
-from hubkernels.fetch.deps import KernelDependencyError, get_kernel_dep
-from hubkernels.load import loaded_kernels
-from hubkernels.lock import lock
+from hubkernels.fetch import UntrustedKernelError, get_kernel, loaded_kernels, lock
+from hubkernels.fetch.install import install
+from hubkernels.fetch.kernel_deps import KernelDependencyError, get_kernel_dep
 from hubkernels.publish import upload
 
 
@@ -136,7 +135,7 @@ def test_a_lock_pins_the_dependency_too(hub, tmp_path: Path) -> None:
     locked = run_python(
         f"""
         import torch
-        from hubkernels.lock import load_locked
+        from hubkernels import load_locked
         print(load_locked({user!r}, lockfile={str(lockfile)!r}).scale_shift(torch.ones(1)).tolist())
         """,
         tmp_path / "a",

@@ -27,10 +27,10 @@ from hubkernels.fetch import (
     get_kernel,
     get_kernel_variants,
     has_kernel,
-    install,
     install_kernel,
 )
-from hubkernels.fetch._local import RepoState, repo_folder
+from hubkernels.fetch.cache import RepoState, repo_folder
+from hubkernels.fetch.install import install
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
 from hubkernels.variants import Accepted, Rejected

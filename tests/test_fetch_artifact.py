@@ -11,7 +11,7 @@ import pytest
 from helpers import api_requests, make_kernel, new_repo, run_python
 
 from hubkernels.fetch import DownloadError, get_kernel
-from hubkernels.fetch._local import RepoState
+from hubkernels.fetch.cache import RepoState
 from hubkernels.publish import upload
 
 TELEMETRY = "/v1/telemetry"  # hf_xet's transfer telemetry, answered 202 as a success (not a Hub request we make)

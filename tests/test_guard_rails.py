@@ -26,7 +26,6 @@ FOUNDATION = {
     "_setup_ext",
     "layout",
     "hub",
-    "kernel_deps",
 }
 
 

@@ -210,7 +210,7 @@ def test_a_lock_written_by_kernels_loads_with_hubkernels(tiny_repo, tmp_path: Pa
 
 def test_a_lock_written_by_hubkernels_downloads_with_kernels(tiny_repo, tmp_path: Path, monkeypatch) -> None:
     from hubkernels import cli
-    from hubkernels.lock import digests_path
+    from hubkernels.fetch.lockfile import digests_path
 
     repo_id, commit = tiny_repo
     project = _project(tmp_path / "app")

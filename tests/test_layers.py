@@ -28,7 +28,7 @@ from hubkernels.layers import (
     use_kernel_forward_from_hub,
     use_kernel_mapping,
 )
-from hubkernels.layers.globals import current_mapping
+from hubkernels.layers.mapping import current_mapping
 from hubkernels.layers.repos import DeviceRepos
 
 # -- small layers and a repository of our own -------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 import hubkernels
 from hubkernels.errors import KernelLoadError, VariantNotFoundError
-from hubkernels.load import check_capability, import_variant
+from hubkernels.fetch.importer import check_capability, import_variant
 from hubkernels.metadata import Metadata
 from hubkernels.system import System
 from hubkernels.variants import cuda_arch_supports
@@ -59,6 +59,23 @@ def test_unsupported_python_dependency_is_refused(tmp_path: Path) -> None:
     d = _pure_variant(tmp_path, "torch-cpu", python_depends=["kepler-22b"])
     with pytest.raises(KernelLoadError, match="kepler-22b"):
         import_variant(d)
+
+
+def test_every_dependency_build_toml_accepts_is_one_the_loader_knows(tmp_path: Path) -> None:
+    """One curated table (config/python_depends.json): a key that build.toml accepts never fails a load as
+    unsupported; one with nothing to import (onednn) or already installed loads, the others name the pip command."""
+    import importlib.util
+
+    from hubkernels.config import PYTHON_DEPENDS, PYTHON_MODULES
+
+    for dep in sorted({d for deps in PYTHON_DEPENDS.values() for d in deps}):
+        d = _pure_variant(tmp_path / dep, "torch-cpu", python_depends=[dep])
+        module = PYTHON_MODULES[dep]
+        if module is None or importlib.util.find_spec(module) is not None:
+            assert import_variant(d).X == 1
+        else:
+            with pytest.raises(KernelLoadError, match=f"pip install {dep}"):
+                import_variant(d)
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,8 @@ from helpers import make_kernel, new_repo, run_python
 
 from hubkernels import cli
 from hubkernels.errors import DigestError, UsageError
-from hubkernels.fetch import get_kernel
-from hubkernels.fetch.locked import install_locked, load_locked, lock, lock_project
-from hubkernels.lock import LockFileError, digests_path, read_lock, write_lock
+from hubkernels.fetch import get_kernel, install_locked, load_locked, lock, lock_project
+from hubkernels.fetch.lockfile import LockFileError, digests_path, read_lock, write_lock
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
 
@@ -77,7 +76,7 @@ def test_locked_warm_load_in_a_new_process_makes_no_request(hub, kernel, tmp_pat
     load_locked(repo_id, lockfile=lockfile, cache_dir=tmp_path / "cache")
     hub.reset_requests()
     out = run_python(
-        f"import hubkernels.lock as l; print(l.load_locked({repo_id!r}, lockfile={str(lockfile)!r}).VALUE)",
+        f"import hubkernels; print(hubkernels.load_locked({repo_id!r}, lockfile={str(lockfile)!r}).VALUE)",
         tmp_path / "cache",
     )
     assert out.stdout.strip() == "10" and hub.requests() == []
@@ -191,8 +190,7 @@ def test_lock_a_project_from_its_pyproject(kernel, tmp_path: Path, monkeypatch, 
     assert "has no [tool.kernels.dependencies] table" in capsys.readouterr().err
 
 
-def test_the_old_import_path_still_works() -> None:
+def test_the_package_face_reaches_the_locked_loader() -> None:
     import hubkernels
-    import hubkernels.lock as old
 
-    assert old.load_locked is load_locked and old.lock is lock and hubkernels.load_locked is load_locked
+    assert hubkernels.load_locked is load_locked and hubkernels.LockFileError is LockFileError

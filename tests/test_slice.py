@@ -136,12 +136,13 @@ def test_upload_publishes_a_slice_per_arch_and_the_loader_downloads_only_its_arc
         cache = tmp_path / f"cache-{arch}"
         run_python(
             f"""
-            from hubkernels.fetch import _artifact, _local, _hub, resolve_ref
-            from hubkernels.fetch._verify import _download_and_verify
-            state, remote = _local.RepoState({repo_id!r}), _hub.Remote({repo_id!r})
+            from hubkernels.fetch import artifact, cache, remote
+            from hubkernels.fetch.resolve import resolve_ref
+            from hubkernels.fetch.download import download_and_verify
+            state, remote = cache.RepoState({repo_id!r}), remote.Remote({repo_id!r})
             ref = resolve_ref(state, remote, 1, None)
-            tree = _artifact.listing(state, remote, ref.commit)
-            _download_and_verify(state, remote, ref, {VARIANT!r}, tree, False)
+            tree = artifact.listing(state, remote, ref.commit)
+            download_and_verify(state, remote, ref, {VARIANT!r}, tree, False)
             print(open(state.variant_dir(ref.commit, {VARIANT!r}) / "metadata.json").read())
             """,
             cache,
@@ -172,7 +173,8 @@ def test_the_sm90_slice_of_ltx_kernels_loads_and_runs_on_the_gpu(hub, ltx_build,
     import torch
     from huggingface_hub import HfApi, RepoFile
 
-    from hubkernels.fetch import get_kernel, install
+    from hubkernels.fetch import get_kernel
+    from hubkernels.fetch.install import install
     from hubkernels.publish import upload
 
     if torch.cuda.get_device_capability() != (9, 0):

@@ -458,7 +458,7 @@ def test_difference_equal_preference_is_ordered_by_name() -> None:
 
 
 def test_difference_any_visible_gpu_counts() -> None:
-    from hubkernels.load import check_capability
+    from hubkernels.fetch.importer import check_capability
     from hubkernels.metadata import Metadata
 
     assert "any visible GPU" in DIFFERENCES[2]

@@ -35,7 +35,7 @@ def make_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     wanted = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     for command in COMMANDS:
         if (wanted is None or wanted == command.NAME) and command.NAME not in sub.choices:
-            command.register(sub)  # a module may register its siblings too (download: info and lock)
+            command.register(sub)
     for command in COMMANDS:
         if command.NAME not in sub.choices:
             sub.add_parser(command.NAME, help=command.HELP)

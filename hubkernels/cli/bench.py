@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
 
         kernel = get_kernel(args.repo_id, version=args.version, trust_remote_code=True)
     else:
-        from ..load import get_local_kernel
+        from ..fetch import get_local_kernel
 
         kernel = get_local_kernel(args.kernel or args.path)
     shape = dict(parse_size(s) for s in args.shape or [])

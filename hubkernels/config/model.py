@@ -3,6 +3,7 @@ allowed values, and `ConfigError`. `hubkernels.config.schema` reads a file into 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,20 +39,20 @@ DEPENDENCIES: tuple[str, ...] = (
 )
 """Values allowed in `[kernel.<name>] depends`."""
 
-PYTHON_DEPENDS: dict[str, tuple[str, ...]] = {
-    "general": ("einops", "helion", "tvm-ffi"),
-    "cuda": ("nvidia-cutlass-dsl",),
-    "xpu": ("onednn",),
-    "neuron": ("nki",),
-    "tpu": (),
-}
-"""The curated `python-depends` keys, per table (kernel-builder's `python_dependencies.json`)."""
+_CURATED: dict[str, dict[str, str | None]] = json.loads((Path(__file__).parent / "python_depends.json").read_text())
+
+PYTHON_DEPENDS: dict[str, tuple[str, ...]] = {scope: tuple(deps) for scope, deps in _CURATED.items()}
+"""The curated `python-depends` keys, per table (kernel-builder's `python_dependencies.json`; the data is
+`python_depends.json` beside this module)."""
+
+PYTHON_MODULES: dict[str, str | None] = {dep: module for deps in _CURATED.values() for dep, module in deps.items()}
+"""Each curated `python-depends` key -> the module a loader imports to check it is installed (None: nothing to
+check)."""
 
 _NAME_RE = re.compile(r"^[a-z][-a-z0-9]*[a-z0-9]$")
 _VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 _CUDA_CAP_RE = re.compile(r"^[0-9]+\.[0-9]+[af]?(\+PTX)?$")
 _ROCM_ARCH_RE = re.compile(r"^gfx[0-9a-z]+(:[a-z0-9_-]+[+-])*$")
-_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _EXT_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _GIT_SCHEMES = ("https", "http", "git", "ssh", "git+ssh", "git+https", "git+http")
 

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..layout import is_repo_id
 from .model import (
     _FRAMEWORKS,
     _GENERAL_KEYS,
@@ -14,7 +15,6 @@ from .model import (
     _KERNEL_BACKEND_KEYS,
     _KERNEL_COMMON_KEYS,
     _NAME_RE,
-    _REPO_ID_RE,
     _TOP_KEYS,
     BACKENDS,
     DEPENDENCIES,
@@ -171,7 +171,7 @@ class _Reader:
         if hub_table is not None:
             hub_table.check_keys(("repo-id", "branch"))
             repo_id = hub_table.string("repo-id", 'repo-id = "my-org/my-kernel"')
-            if repo_id is not None and not _REPO_ID_RE.match(repo_id):
+            if repo_id is not None and not is_repo_id(repo_id):
                 hub_table.fail("repo-id", f"has {repo_id!r}; write the Hub repository as 'owner/name'")
             hub = HubConfig(repo_id=repo_id, branch=hub_table.string("branch", 'branch = "v1"'))
 

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..layout import is_repo_id
 from .model import (
     _CUDA_CAP_RE,
     _DEFAULT_PYEXT,
     _EXT_RE,
-    _REPO_ID_RE,
     _ROCM_ARCH_RE,
     _VERSION_RE,
     ConfigError,
@@ -178,7 +178,7 @@ def _kernel_dependency(t: _Table, where: str, entry: dict[str, Any]) -> KernelDe
             hint = _did_you_mean(name, allowed)
             t.fail(key, f"{where} has unknown key '{name}' (allowed: {', '.join(allowed)}).{hint}".rstrip())
     repo_id = entry.get("repo-id")
-    if not isinstance(repo_id, str) or not _REPO_ID_RE.match(repo_id):
+    if not is_repo_id(repo_id):
         shown = "is missing repo-id" if repo_id is None else f"has repo-id {_toml_value(repo_id)}"
         t.fail(key, f'{where} {shown}; write the Hub repository as repo-id = "owner/name"')
     where = f"{where} ({repo_id})"

@@ -30,8 +30,8 @@ from ..errors import DigestError, VariantNotFoundError
 from ..metadata import Metadata
 from ..publish import SOURCE_DIR
 from ..variants import Resolution, resolve
-from ._hub import KernelNotFoundError, Remote
-from ._local import RepoState
+from .cache import RepoState
+from .remote import KernelNotFoundError, Remote
 
 logger = logging.getLogger("hubkernels.fetch")
 

@@ -38,6 +38,7 @@ from ..layers import (
     use_layer_names,
     validate_layer,
 )
+from ..layout import is_repo_id
 from . import transformers as _transformers
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def parse_entry(key: str, raw: Any) -> KernelEntry:
     if unknown:
         raise ConfigEntryError(f"{where} has unknown fields {sorted(unknown)}; allowed: {sorted(_FIELDS)}")
     repo_id, layer = raw.get("repo_id"), raw.get("layer")
-    if not isinstance(repo_id, str) or repo_id.count("/") != 1:
+    if not is_repo_id(repo_id):
         raise ConfigEntryError(f'{where}: "repo_id" must be "org/name", got {repo_id!r}')
     if not isinstance(layer, str) or not layer:
         raise ConfigEntryError(f'{where}: "layer" must name a layer in the kernel\'s layers module, got {layer!r}')

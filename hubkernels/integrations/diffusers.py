@@ -313,7 +313,7 @@ def _load_kernel(
     if kernel is not None:
         return kernel
     if path is not None:
-        from ..load import get_local_kernel
+        from ..fetch import get_local_kernel
 
         return get_local_kernel(path)
     from ..fetch import get_kernel

@@ -6,7 +6,7 @@ with `LayerMatch`), map names to repositories per device and mode (`register_ker
 """
 
 from .device import DEVICE_TYPES, CUDAProperties, Device, ROCMProperties, device_type_for, device_type_of, module_device
-from .globals import (
+from .mapping import (
     LayerMatch,
     current_mapping,
     layer_name_of,

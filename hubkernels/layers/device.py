@@ -112,7 +112,8 @@ def module_device(module: "nn.Module") -> Optional["torch.device"]:
     return None
 
 
-def _model_device(model: "nn.Module", device: Union[str, "torch.device", None]) -> Optional["torch.device"]:
+def target_device(model: "nn.Module", device: Union[str, "torch.device", None]) -> Optional["torch.device"]:
+    """The torch device kernelize targets: `device` when given (a string or a torch device), else the model's."""
     import torch
 
     if isinstance(device, torch.device):
@@ -129,10 +130,11 @@ def _model_device(model: "nn.Module", device: Union[str, "torch.device", None]) 
 
 def device_type_for(model: "nn.Module", device: Union[str, "torch.device", None] = None) -> str:
     """The mapping device type kernelize uses for `model` (explicit `device`, else where the model computes)."""
-    return _device_type(_model_device(model, device), device)
+    return mapping_device_type(target_device(model, device), device)
 
 
-def _device_type(model_device: Optional["torch.device"], device: Union[str, "torch.device", None]) -> str:
+def mapping_device_type(model_device: Optional["torch.device"], device: Union[str, "torch.device", None]) -> str:
+    """The mapping's device type: the one `device` names when it is a string, else that of `model_device`."""
     if isinstance(device, str):
         base = device.split(":")[0]
         if base not in DEVICE_TYPES:

@@ -100,7 +100,7 @@ class LocalLayerRepository:
         self.layer_name = layer_name
 
     def load(self) -> "type[nn.Module]":
-        from ..load import get_local_kernel
+        from ..fetch import get_local_kernel
 
         return layer_from_kernel(get_local_kernel(self.repo_path), self.layer_name, self)
 
@@ -129,7 +129,7 @@ class LockedLayerRepository:
         layer_name: str,
         trust_remote_code: Union[bool, list[str]] = False,
     ) -> None:
-        from ..lock import DEFAULT_LOCKFILE, LockFileError, read_lock
+        from ..fetch import DEFAULT_LOCKFILE, LockFileError, read_lock
 
         self.repo_id = repo_id
         self.layer_name = layer_name

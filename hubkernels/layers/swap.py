@@ -20,8 +20,8 @@ from types import MethodType
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .. import settings
-from .device import _device_type, _model_device, capability_of, module_device
-from .globals import Key, LayerMatch, Table, current_mapping, layer_name_of
+from .device import capability_of, mapping_device_type, module_device, target_device
+from .mapping import Key, LayerMatch, Table, current_mapping, layer_name_of
 from .mode import Mode, check_kernelize_mode
 from .repos import RepositoryProtocol, select_repository
 
@@ -344,8 +344,8 @@ def kernelize(
         if isinstance(use_fallback, KernelizeFallback)
         else (KernelizeFallback.DEFAULT if use_fallback else KernelizeFallback.NONE)
     )
-    model_device = _model_device(model, device)
-    device_type = _device_type(model_device, device)
+    model_device = target_device(model, device)
+    device_type = mapping_device_type(model_device, device)
     table = current_mapping()
     disabled = settings.disable_kernel_mapping()
     class_keys = [k for k in table if isinstance(k, LayerMatch)]

@@ -13,10 +13,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,10 +24,10 @@ from typing import Any, Iterable
 from filelock import FileLock
 
 from ..errors import HubkernelsError  # noqa: E402
+from ..layout import is_repo_name, write_atomic  # noqa: E402
 
 TOKENS_FILE = "tokens.json"
 ROLES = ("read", "write")
-_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
 _HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -69,7 +67,7 @@ def hash_token(token: str) -> str:
 
 
 def check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or "--" in name or ".." in name:
+    if not is_repo_name(name):
         raise TokenError(f"Invalid {kind} name {name!r}: use letters, digits, '-', '_' and '.' (at most 96).")
     return name
 
@@ -245,18 +243,7 @@ class TokenStore:
     def _save(self, state: _State) -> None:
         assert self.path is not None
         data = {"users": state.users, "tokens": [r.__dict__ for r in state.records.values()]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tokens-")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, json.dumps(data, indent=1), mode=0o600, durable=True)
 
 
 class GrantSigner:

@@ -20,8 +20,9 @@ from helpers import make_kernel, new_repo, without_artifacts
 
 import hubkernels
 from hubkernels.errors import KernelLoadError, MetadataError, UsageError
-from hubkernels.fetch import DownloadError, get_kernel, install
-from hubkernels.fetch._local import RepoState
+from hubkernels.fetch import DownloadError, get_kernel
+from hubkernels.fetch.cache import RepoState
+from hubkernels.fetch.install import install
 from hubkernels.metadata import Metadata
 from hubkernels.publish import upload
 
@@ -197,7 +198,7 @@ def test_a_second_build_of_one_op_namespace_under_another_id_is_refused_before_d
     lib.write_bytes(data.replace(f"PyInit_{meta.id}".encode(), f"PyInit_{other}".encode()))  # a rebuilt module id
     out = _python(f"""
         import hubkernels
-        from hubkernels.load import OpNamespaceError
+        from hubkernels.fetch import OpNamespaceError
         first = hubkernels.get_local_kernel({str(src)!r})
         try:
             hubkernels.get_local_kernel({str(lib.parent)!r})

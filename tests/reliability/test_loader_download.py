@@ -16,8 +16,9 @@ import pytest
 from helpers import make_kernel, new_repo, without_artifacts
 
 from hubkernels.errors import HubkernelsError
-from hubkernels.fetch import DownloadError, get_kernel, install, kernel_versions
-from hubkernels.fetch._local import RepoState
+from hubkernels.fetch import DownloadError, get_kernel, kernel_versions
+from hubkernels.fetch.cache import RepoState
+from hubkernels.fetch.install import install
 from hubkernels.publish import upload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +54,7 @@ def test_eight_processes_cold_load_one_cache_at_once(hub, kernel, tmp_path, reco
     cache = tmp_path / "cache"
     code = textwrap.dedent(f"""
         import sys, time
-        from hubkernels.fetch import install
+        from hubkernels.fetch.install import install
         while time.time() < {time.time() + 3.0}:  # start together
             time.sleep(0.005)
         installed = install({repo_id!r}, version=1)
@@ -112,7 +113,7 @@ def test_a_process_killed_mid_download_leaves_a_cache_the_next_load_completes(hu
     cache = tmp_path / "cache"
     hub.control.add_fault(r"/resolve/.*/table\.py$", method="GET", delay_s=30.0, times=1)
     proc = subprocess.Popen(
-        [sys.executable, "-c", f"from hubkernels.fetch import install; install({repo_id!r}, version=1)"],
+        [sys.executable, "-c", f"from hubkernels.fetch.install import install; install({repo_id!r}, version=1)"],
         cwd=ROOT,
         env={**os.environ, "HF_HUB_CACHE": str(cache)},
         stdout=subprocess.DEVNULL,

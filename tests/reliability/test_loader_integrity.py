@@ -17,8 +17,8 @@ from huggingface_hub import constants
 from ltx_tiny import publish_ltx
 
 from hubkernels.errors import HubkernelsError
-from hubkernels.fetch import install
-from hubkernels.fetch._local import RepoState
+from hubkernels.fetch.cache import RepoState
+from hubkernels.fetch.install import install
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("size change", "same-size content change", "content change, mtime restored")
@@ -111,7 +111,7 @@ def test_a_warm_load_makes_no_request_and_its_content_check_is_cheap(hub, ltx_re
         import torch
         import hubkernels.digest as d
         import hubkernels.fetch as f
-        from hubkernels.fetch._local import RepoState, file_stats
+        from hubkernels.fetch.cache import RepoState, file_stats
         t = time.perf_counter()
         kernel = f.get_kernel({repo_id!r}, version=1)
         load_ms = (time.perf_counter() - t) * 1000

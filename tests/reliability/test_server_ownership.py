@@ -189,8 +189,8 @@ def test_a_shard_claiming_a_public_files_sha256_does_not_make_hf_kernels_run_the
 def test_a_published_lock_digests_list_does_not_read_a_private_kernel(hub, mallory, tmp_path, record):
     from helpers import make_kernel
 
-    from hubkernels.fetch.locked import lock
-    from hubkernels.lock import digests_path
+    from hubkernels.fetch import lock
+    from hubkernels.fetch.lockfile import digests_path
     from hubkernels.publish import upload
 
     token, new_repo = mallory

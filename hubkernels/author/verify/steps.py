@@ -146,7 +146,7 @@ def run_tests(config: BuildConfig, builds: dict[str, BuildResult]) -> list[Check
 
 def load(result: BuildResult) -> ModuleType | None:
     """The CPU build as a module, as users load it."""
-    from ...load import get_local_kernel
+    from ...fetch import get_local_kernel
 
     return get_local_kernel(result.path, backend="cpu")
 

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Iterator, Literal
 
 from ...errors import HubkernelsError
+from ...layout import REPO_NAME_RULE, is_repo_name
 
 REPO_TYPES = ("model", "dataset", "space", "kernel")
 """Repository types the server accepts (the Hub's plural forms name them in URLs: ``models``, ``kernels`` ...)."""
@@ -52,7 +53,6 @@ SYSTEM_AUTHOR = ("system", "system@hub.local")
 USER_NAME = "local-user"
 USER_AUTHOR = (USER_NAME, f"{USER_NAME}@hub.local")
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
 HEX_RE = re.compile(r"^[0-9a-f]{7,40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _BRANCH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}$")
@@ -91,12 +91,8 @@ def entry_not_found(path: str, commit: str, what: str = "file") -> HubError:
 def check_repo_name(org: str, name: str) -> None:
     """Reject names the Hub rejects (and any that could escape the storage root)."""
     for part in (org, name):
-        if not _NAME_RE.match(part) or "--" in part or ".." in part or part.endswith(".git"):
-            raise HubError(
-                400,
-                f"Invalid repo name {org}/{name}: use letters, digits, '-', '_' and '.', "
-                "at most 96 characters, no '--' or '..', not ending in '.git'.",
-            )
+        if not is_repo_name(part):
+            raise HubError(400, f"Invalid repo name {org}/{name}: use {REPO_NAME_RULE}.")
 
 
 SNAPSHOT_CACHE_ENTRIES = 100_000

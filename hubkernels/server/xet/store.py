@@ -9,13 +9,13 @@ import hmac
 import json
 import os
 import struct
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from starlette.requests import Request
 
+from ...layout import write_atomic
 from ..storage import HubError, Storage
 from . import format as fmt
 
@@ -90,8 +90,9 @@ class XetStore:
         if path.is_file():
             return False
         index = b"".join(_RECORD.pack(r.hash, r.byte_start, r.byte_end, r.size) for r in records)
-        _atomic_write(self.storage, path.with_suffix(".idx"), index)
-        _atomic_write(self.storage, path, data)  # last: a xorb counts as stored once its data is in place
+        write_atomic(path.with_suffix(".idx"), index, tmp_dir=self.storage.tmp_dir)
+        # last: a xorb counts as stored once its data is in place
+        write_atomic(path, data, tmp_dir=self.storage.tmp_dir)
         return True
 
     def chunks(self, xorb_hex: str) -> list[fmt.ChunkRecord]:
@@ -125,9 +126,9 @@ class XetStore:
             if file.sha256 is not None:  # the claim is checked on the bytes before anyone is pointed at them
                 self._store_claimed(file_hex, file.sha256, file.size, terms)
             record = {"size": file.size, "sha256": file.sha256, "terms": terms}
-            _atomic_write(self.storage, self.dir / "files" / file_hex, json.dumps(record).encode())
+            write_atomic(self.dir / "files" / file_hex, json.dumps(record), tmp_dir=self.storage.tmp_dir)
             if file.sha256 is not None:
-                _atomic_write(self.storage, self.dir / "sha256" / file.sha256, file_hex.encode())
+                write_atomic(self.dir / "sha256" / file.sha256, file_hex, tmp_dir=self.storage.tmp_dir)
         return files
 
     def _store_claimed(self, file_hex: str, sha256: str, size: int, terms: list[list[Any]]) -> None:
@@ -270,13 +271,6 @@ def _load_secret(path: Path) -> bytes:
     with os.fdopen(fd, "wb") as f:
         f.write(os.urandom(32))
     return path.read_bytes()
-
-
-def _atomic_write(storage: Storage, path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=storage.tmp_dir, prefix="xet-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 def _xorbs(file: fmt.FileRecord) -> set[str]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import HubkernelsError
 from ..hub import api, endpoint  # noqa: F401  (re-exported: the loader's client)
-from ._local import TreeEntry
+from .cache import TreeEntry
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

@@ -8,22 +8,22 @@ per-file digest it carries) lives beside it, in `<lockfile>.digests`, keyed by r
 `pyproject.toml` as `[tool.kernels.dependencies]` `"org/name" = <major version>`.
 
 Older files still read: hubkernels' format 1 (`{"hubkernels_lock": 1, ...}`) and the list of
-`{"repo_id", "sha", "variants"}` that kernels wrote before 0.17. Resolving and loading live in
-`hubkernels.fetch.locked` (`lock`, `load_locked`, ...), still importable from here.
+`{"repo_id", "sha", "variants"}` that kernels wrote before 0.17. Locking lives in `fetch.locking`, loading what a
+lock says in `fetch.load` (`load_locked`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
-from .errors import HubkernelsError
+from ..errors import HubkernelsError
+from ..layout import is_repo_id, write_atomic
 
 DEFAULT_LOCKFILE = "kernels.lock"
 DIGESTS_SUFFIX = ".digests"
@@ -86,10 +86,10 @@ def write_lock(path: str | Path, entries: Iterable[LockEntry]) -> None:
         if e.variants
     }
     path = Path(path)
-    _write_atomic(path, json.dumps(locks, indent=2) + "\n")
+    write_atomic(path, json.dumps(locks, indent=2) + "\n")
     side = digests_path(path)
     if digests:
-        _write_atomic(side, json.dumps({"hubkernels_digests": FORMAT, "kernels": digests}, indent=2) + "\n")
+        write_atomic(side, json.dumps({"hubkernels_digests": FORMAT, "kernels": digests}, indent=2) + "\n")
     elif side.exists():
         side.unlink()
 
@@ -136,15 +136,15 @@ def lock_entry(lockfile: str | Path, repo_id: str) -> LockEntry:
 
 def read_dependencies(pyproject: str | Path) -> dict[str, int]:
     """`[tool.kernels.dependencies]` of a pyproject.toml: {"org/name": major version}."""
-    pyproject = Path(pyproject)
+    pyproject, toml = Path(pyproject), _toml()
     try:
-        data = tomllib.loads(pyproject.read_text())
+        data = toml.loads(pyproject.read_text())
     except FileNotFoundError:
         raise LockFileError(
             f"{pyproject} does not exist: name the kernels (`hubkernels lock ORG/NAME@vN`), or list "
             f"them in its {_TABLE} table"
         ) from None
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, toml.TOMLDecodeError) as e:
         raise LockFileError(f"{pyproject} cannot be read ({e})") from None
     deps = data.get("tool", {}).get("kernels", {}).get("dependencies")
     if not isinstance(deps, dict) or not deps:
@@ -152,7 +152,7 @@ def read_dependencies(pyproject: str | Path) -> dict[str, int]:
             f"{pyproject} has no {_TABLE} table; add one with lines like "
             '"kernels-community/activation" = 1, or run `hubkernels lock ORG/NAME@vN --project DIR`'
         )
-    bad = [k for k, v in deps.items() if isinstance(v, bool) or not isinstance(v, int) or k.count("/") != 1]
+    bad = [k for k, v in deps.items() if isinstance(v, bool) or not isinstance(v, int) or not is_repo_id(k)]
     if bad:
         raise LockFileError(f'{pyproject} {_TABLE}: {", ".join(bad)} must be "org/name" = <major version number>')
     return dict(deps)
@@ -171,15 +171,16 @@ def add_dependency(pyproject: str | Path, repo_id: str, version: int) -> None:
         new = text[: m.end()] + "\n" + line + text[m.end() :]
     else:
         new = text + ("\n" if text and not text.endswith("\n") else "") + ("\n" if text else "") + f"{_TABLE}\n{line}\n"
+    toml = _toml()
     try:
-        got = tomllib.loads(new).get("tool", {}).get("kernels", {}).get("dependencies", {})
-    except tomllib.TOMLDecodeError:
+        got = toml.loads(new).get("tool", {}).get("kernels", {}).get("dependencies", {})
+    except toml.TOMLDecodeError:
         got = {}
     if got.get(repo_id) != version:
         raise LockFileError(
             f"cannot add {repo_id} to {pyproject} without rewriting it; add {line} under {_TABLE} yourself"
         )
-    _write_atomic(pyproject, new)
+    write_atomic(pyproject, new)
 
 
 def _kernels_entry(item: dict[str, Any]) -> LockEntry:
@@ -246,16 +247,13 @@ def _read_digests(path: Path) -> dict[str, dict[str, Any]]:
     return data["kernels"]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+def _toml() -> Any:
+    """The TOML reader, imported when a pyproject.toml is read (loading a kernel needs none): `tomllib`, or on
+    Python 3.10 the `tomli` package it came from (a dependency there)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
 
+        return tomllib
+    import tomli
 
-def __getattr__(name: str) -> Any:
-    """`lock`, `lock_kernel`, `load_locked`, ... moved to hubkernels.fetch.locked; the old names still work."""
-    if name in ("lock", "lock_kernel", "lock_project", "install_locked", "load_locked", "register_cli"):
-        import importlib
-
-        return getattr(importlib.import_module("hubkernels.fetch.locked"), name)
-    raise AttributeError(f"module 'hubkernels.lock' has no attribute {name!r}")
+    return tomli

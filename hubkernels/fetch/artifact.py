@@ -6,7 +6,7 @@ in a variant), chooses the variant from the directory names as it would from bui
 artifact (the slice of the GPU arch it sees, else the variant's wheel) as one file, checks it against the sha256
 the listing gave, and unpacks its package directory into the cache's `build/<variant>/` in one rename. The files
 are then verified against metadata.json's digest as for any download. A repo without `wheels/` (published by
-kernel-builder) is listed and downloaded file by file as before (`_verify`). docs/wheels.md has the design.
+kernel-builder) is listed and downloaded file by file as before (`download`). docs/wheels.md has the design.
 
 The listing of `wheels/` is kept per commit in `hubkernels/trees/<commit>.wheels.json` (a commit never changes),
 and `<commit>.wheels.none` records that a commit has none.
@@ -27,11 +27,11 @@ from .. import settings
 from ..errors import DigestError
 from ..layout import WHEELS_DIR, wheel_label
 from ..slice import sm_of
-from ._hub import Remote, call
-from ._local import RepoState, TreeEntry, _read_json, _write_json, git_blob_id
+from .cache import RepoState, TreeEntry, git_blob_id, read_json, write_json
+from .remote import Remote, call
 
 if TYPE_CHECKING:
-    from . import Ref
+    from .resolve import Ref
 
 logger = logging.getLogger("hubkernels.fetch")
 
@@ -43,7 +43,7 @@ def _wheels_path(state: RepoState, commit: str) -> Path:
 def listing(state: RepoState, remote: Remote, commit: str) -> dict[str, TreeEntry] | None:
     """What the loader chooses a variant from: the `wheels/` listing of `commit` (cached, else the Hub's), else
     (no wheels: a kernel-builder repo) its `build/` listing (cached, else the Hub's). None offline with nothing."""
-    data = _read_json(_wheels_path(state, commit))
+    data = read_json(_wheels_path(state, commit))
     if isinstance(data, dict):
         try:
             return {p: TreeEntry(int(e["size"]), str(e["blob_id"]), e.get("lfs_sha256")) for p, e in data.items()}
@@ -56,11 +56,11 @@ def listing(state: RepoState, remote: Remote, commit: str) -> dict[str, TreeEntr
         return None
     found = _list_wheels(remote, commit)
     if found is None:
-        _write_json(_wheels_path(state, commit).with_suffix(".none"), {})  # asked once: this commit has none
+        write_json(_wheels_path(state, commit).with_suffix(".none"), {})  # asked once: this commit has none
         tree = cached or remote.build_tree(commit)
         state.save_tree(commit, tree)
         return tree
-    _write_json(_wheels_path(state, commit), found)
+    write_json(_wheels_path(state, commit), found)
     return {p: TreeEntry(int(e["size"]), str(e["blob_id"]), e.get("lfs_sha256")) for p, e in found.items()}
 
 
@@ -181,7 +181,7 @@ def _seed_tree_cache(state: RepoState, work: Path, commit: str, path: str) -> No
         from huggingface_hub._tree_cache import TreeCacheEntry, write_tree_cache
     except ImportError:  # an older huggingface_hub: it makes the HEAD request
         return
-    known = (_read_json(_wheels_path(state, commit)) or {}).get(path)
+    known = (read_json(_wheels_path(state, commit)) or {}).get(path)
     if not isinstance(known, dict) or not known.get("xet_hash") or not known.get("lfs_sha256"):
         return
     write_tree_cache(

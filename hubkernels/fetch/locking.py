@@ -1,9 +1,9 @@
-"""Lock Hub kernels to exact commits and variant digests, and load exactly what a lock file says.
+"""Lock Hub kernels to exact commits and variant digests: what `hubkernels lock` and `load_locked` read back.
 
-`hubkernels lock ORG/NAME@vN ... [--output kernels.lock]` locks kernels by name; `hubkernels lock [DIR]` locks what
-DIR/pyproject.toml lists in `[tool.kernels.dependencies]`, as `kernels lock DIR` does; `--project DIR` first adds
-the named kernels to that list. Kernels that a locked variant `kernel-depends` on are locked too. The files are
-`hubkernels.lock`'s: `kernels.lock` in HF kernels' own format, and our digests beside it.
+`lock(["ORG/NAME@vN", ...], output)` locks kernels by name; `lock_project(DIR)` locks what DIR/pyproject.toml lists
+in `[tool.kernels.dependencies]`, as `kernels lock DIR` does (`add=` first adds named kernels to that list).
+Kernels that a locked variant `kernel-depends` on are locked too. The files are `lockfile`'s: `kernels.lock` in
+HF kernels' own format, and our digests beside it.
 """
 
 from __future__ import annotations
@@ -13,25 +13,25 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from ..errors import UsageError
-from ..lock import (
+from ..metadata import Metadata
+from .cache import RepoState
+from .lockfile import (
     DEFAULT_LOCKFILE,
     LockedVariant,
     LockEntry,
     LockFileError,
     add_dependency,
-    lock_entry,
     read_dependencies,
     read_lock,
     write_lock,
 )
-from ..metadata import Metadata
-from . import TrustRemoteCode, _tree, import_installed, install, parse_spec, resolve_ref
-from ._hub import KernelNotFoundError, Remote
-from ._local import RepoState
+from .remote import KernelNotFoundError, Remote
+from .resolve import build_tree, parse_spec, resolve_ref
+
+__all__ = ["lock", "lock_kernel", "lock_project"]
 
 logger = logging.getLogger("hubkernels.fetch")
 
@@ -81,63 +81,6 @@ def lock_project(
     return entries
 
 
-def install_locked(
-    repo_id: str,
-    *,
-    lockfile: str | Path = DEFAULT_LOCKFILE,
-    backend: str | None = None,
-    trust_remote_code: TrustRemoteCode = False,
-    force_download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> Path:
-    """Download and verify the locked commit's variant for this machine; returns its directory."""
-    return _install(repo_id, lockfile, backend, trust_remote_code, force_download, cache_dir).path
-
-
-def load_locked(
-    repo_id: str,
-    *,
-    lockfile: str | Path = DEFAULT_LOCKFILE,
-    backend: str | None = None,
-    trust_remote_code: TrustRemoteCode = False,
-    force_download: bool = False,
-    cache_dir: str | Path | None = None,
-) -> ModuleType:
-    """Import the locked commit of `repo_id`; refuses a variant whose metadata.json differs from the locked one."""
-    return import_installed(_install(repo_id, lockfile, backend, trust_remote_code, force_download, cache_dir))
-
-
-def _install(
-    repo_id: str,
-    lockfile: str | Path,
-    backend: str | None,
-    trust_remote_code: TrustRemoteCode,
-    force_download: bool,
-    cache_dir: str | Path | None,
-):  # type: ignore[no-untyped-def]
-    entry = lock_entry(lockfile, repo_id)
-    if not entry.variants:
-        logger.info(
-            "%s: %s pins commit %s without variant digests (written by `kernels lock`?); loading that commit "
-            "with the Hub's listing as the reference",
-            repo_id,
-            lockfile,
-            entry.commit[:7],
-        )
-    locked = {n: v.metadata_sha256 for n, v in entry.variants.items()} if entry.variants else None
-    pins = {e.repo_id: e.commit for e in read_lock(lockfile).values()}  # a locked dependent pins its deps too
-    return install(
-        repo_id,
-        revision=entry.commit,
-        backend=backend,
-        trust_remote_code=trust_remote_code,
-        force_download=force_download,
-        cache_dir=cache_dir,
-        locked=locked,
-        pins=pins,
-    )
-
-
 def _lock_tree(wanted: list[tuple[str, int | None, str | None]], cache_dir: str | Path | None) -> list[LockEntry]:
     """Lock each (repo_id, version, revision) and, transitively, the kernels its variants depend on."""
     done: dict[str, LockEntry] = {}
@@ -157,7 +100,7 @@ def _lock_one(
 ) -> tuple[LockEntry, list[tuple[str, int | None, str | None]]]:
     state, remote = RepoState(repo_id, cache_dir), Remote(repo_id)
     ref = resolve_ref(state, remote, version, revision, max_age=0.0)  # a lock records the Hub as it is now
-    tree = _tree(state, remote, ref.commit)
+    tree = build_tree(state, remote, ref.commit)
     if tree is None:
         raise KernelNotFoundError(
             f"HF_HUB_OFFLINE=1 and the variants of {repo_id}@{ref.commit[:7]} were never "
@@ -194,38 +137,3 @@ def _dependency(dep: Any) -> tuple[str, int | None, str | None]:
     if isinstance(dep, str):
         return parse_spec(dep)
     return str(dep["repo-id"]), dep.get("version"), dep.get("revision")
-
-
-def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
-    """Add `hubkernels lock` (hubkernels.fetch.register_cli calls this; a second call is a no-op)."""
-    if "lock" in subparsers.choices:
-        return
-    p = subparsers.add_parser("lock", help="pin Hub kernels to exact commits and variant digests in kernels.lock")
-    p.add_argument(
-        "kernels",
-        nargs="*",
-        metavar="ORG/NAME[@vN|@REV] | DIR",
-        help="kernels to lock, or a project directory whose pyproject.toml lists them (default: .)",
-    )
-    p.add_argument("-o", "--output", default=DEFAULT_LOCKFILE, help="lock file to update when naming kernels")
-    p.add_argument("--project", metavar="DIR", help="add the named kernels to DIR/pyproject.toml and lock DIR")
-    p.set_defaults(func=_cmd_lock)
-
-
-def _cmd_lock(args) -> int:  # type: ignore[no-untyped-def]
-    targets = list(args.kernels)
-    if args.project is not None:
-        project: Path | None = Path(args.project)
-    elif not targets or (len(targets) == 1 and Path(targets[0]).is_dir()):
-        project, targets = Path(targets[0] if targets else "."), []
-    else:
-        project = None
-    if project is not None:
-        entries, written = lock_project(project, add=targets), project / DEFAULT_LOCKFILE
-    else:
-        entries, written = lock(targets, args.output), Path(args.output)
-    for entry in entries:
-        asked = f"v{entry.version}" if entry.version is not None else entry.revision
-        print(f"{entry.repo_id} ({asked}) -> {entry.commit}: {len(entry.variants)} variant(s)")
-    print(f"wrote {written}")
-    return 0

@@ -23,21 +23,18 @@ import hashlib
 import importlib.util
 import json
 import marshal
-import os
 import re
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
 from .. import digest as _digest
 from .. import settings
-from ..layout import shipped_files
-from ..load import Verified
+from ..layout import shipped_files, write_atomic
 
 #: Compiled code is kept per interpreter: its cache tag and bytecode magic number.
 _CODE_TAG = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
@@ -74,35 +71,27 @@ def repo_folder(repo_id: str) -> str:
     return "kernels--" + repo_id.replace("/", "--")
 
 
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_json(path: Path, data: Any) -> None:
+    """Record `data` at `path`, atomically."""
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """The record at `path`, or None when it is missing or unreadable ("not known yet")."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
-        return None  # missing or unreadable: treated as "not known yet"
+        return None
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a variant's files were verified to be: `{relative path: b64 hash}` in `algorithm` (the digest's), and
+    optionally code objects compiled from exactly those sources (`{b64 hash of the source: code}`)."""
+
+    algorithm: str
+    files: Mapping[str, str]
+    code: Mapping[str, CodeType] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -168,7 +157,7 @@ class RepoState:
     # -- refs: version -> commit ----------------------------------------------------------------------------
 
     def refs(self) -> Refs | None:
-        data = _read_json(self.root / "refs.json")
+        data = read_json(self.root / "refs.json")
         if not isinstance(data, dict):
             return None
         try:
@@ -178,14 +167,14 @@ class RepoState:
 
     def save_refs(self, branches: dict[str, str], tags: dict[str, str]) -> Refs:
         refs = Refs(branches, tags, time.time())
-        _write_json(self.root / "refs.json", {"branches": branches, "tags": tags, "checked_at": refs.checked_at})
+        write_json(self.root / "refs.json", {"branches": branches, "tags": tags, "checked_at": refs.checked_at})
         return refs
 
     def forget_refs(self) -> None:
         """Make the index stale (kept for offline use), so the next load by name lists the refs again."""
         refs = self.refs()
         if refs is not None:
-            _write_json(self.root / "refs.json", {"branches": refs.branches, "tags": refs.tags, "checked_at": 0.0})
+            write_json(self.root / "refs.json", {"branches": refs.branches, "tags": refs.tags, "checked_at": 0.0})
 
     def hf_refs(self) -> dict[str, str]:
         """Branch -> commit from huggingface_hub's own `refs/` files (written when someone downloaded by name)."""
@@ -210,18 +199,14 @@ class RepoState:
         try:
             if path.is_file() and path.read_text() == commit:
                 return
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{branch}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(commit)
-            os.replace(tmp, path)
+            write_atomic(path, commit)
         except OSError:
             pass  # a convenience for other tools; never a reason to fail a load
 
     # -- trust -----------------------------------------------------------------------------------------------
 
     def trust(self) -> dict[str, Any]:
-        data = _read_json(self.root / "trust.json")
+        data = read_json(self.root / "trust.json")
         return data if isinstance(data, dict) else {}
 
     def save_trust(self, *, publisher_trusted: bool | None = None, approve: str | None = None) -> None:
@@ -234,12 +219,12 @@ class RepoState:
             commits = set(data.get("approved_commits") or [])
             commits.add(approve)
             data["approved_commits"] = sorted(commits)
-        _write_json(self.root / "trust.json", data)
+        write_json(self.root / "trust.json", data)
 
     # -- trees: the build/ listing of a commit --------------------------------------------------------------
 
     def tree(self, commit: str) -> dict[str, TreeEntry] | None:
-        data = _read_json(self.root / "trees" / f"{commit}.json")
+        data = read_json(self.root / "trees" / f"{commit}.json")
         if not isinstance(data, dict):
             return None
         try:
@@ -248,7 +233,7 @@ class RepoState:
             return None
 
     def save_tree(self, commit: str, tree: dict[str, TreeEntry]) -> None:
-        _write_json(
+        write_json(
             self.root / "trees" / f"{commit}.json",
             {
                 p: {"size": e.size, "blob_id": e.blob_id, **({"lfs_sha256": e.lfs_sha256} if e.lfs_sha256 else {})}
@@ -265,7 +250,7 @@ class RepoState:
         return self.root / "receipts" / commit / f"{variant}.{_CODE_TAG}.code"
 
     def receipt(self, commit: str, variant: str) -> dict[str, Any] | None:
-        data = _read_json(self._receipt_path(commit, variant))
+        data = read_json(self._receipt_path(commit, variant))
         return data if isinstance(data, dict) and "files" in data and "metadata_sha256" in data else None
 
     def save_receipt(self, commit: str, variant: str, metadata_sha256: str, verified: Verified) -> None:
@@ -279,9 +264,9 @@ class RepoState:
         if verified.code:
             path = self._code_path(commit, variant)
             data = marshal.dumps(dict(verified.code))
-            _write_bytes(path, data)
+            write_atomic(path, data)
             record["code"] = {_CODE_TAG: hashlib.sha256(data).hexdigest()}
-        _write_json(self._receipt_path(commit, variant), record)
+        write_json(self._receipt_path(commit, variant), record)
 
     def drop_receipt(self, commit: str, variant: str) -> None:
         self._receipt_path(commit, variant).unlink(missing_ok=True)
@@ -343,15 +328,10 @@ def compile_sources(vdir: Path, verified: Verified) -> dict[str, CodeType]:
     return code
 
 
-def variant_files(variant_dir: Path) -> Iterator[tuple[str, Path]]:
-    """(posix relative path, path) of every file a variant ships, without bytecode caches."""
-    yield from shipped_files(variant_dir)
-
-
 def file_stats(variant_dir: Path) -> list[tuple[str, tuple[int, int, int]]]:
     """(relative path, (size, mtime_ns, inode)) of every file, following the cache's symlinks to the blobs."""
     out = []
-    for rel, p in variant_files(variant_dir):
+    for rel, p in shipped_files(variant_dir):
         st = p.stat()
         out.append((rel, (st.st_size, st.st_mtime_ns, st.st_ino)))
     return sorted(out)

@@ -8,8 +8,8 @@ from typing import Any, Union
 
 from .. import settings
 from ..errors import UsageError
-from ._hub import Remote, UntrustedKernelError, endpoint
-from ._local import RepoState
+from .cache import RepoState
+from .remote import Remote, UntrustedKernelError, endpoint
 
 #: What `trust_remote_code` accepts: True, False, or a list/tuple/set of the organizations (or repo ids) to trust.
 #: A mapping such as {"org": False} is refused with UsageError (never read by its keys).

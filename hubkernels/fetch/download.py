@@ -11,28 +11,23 @@ from typing import TYPE_CHECKING
 from .. import digest as _digest
 from ..errors import DigestError, VariantNotFoundError
 from ..layout import ships
-from ..load import Verified
 from ..metadata import Metadata
-from ._hub import KernelNotFoundError, Remote
-from ._local import RepoState, TreeEntry, compile_sources
+from .cache import RepoState, TreeEntry, Verified, compile_sources
+from .remote import KernelNotFoundError, Remote
 
 if TYPE_CHECKING:
-    from . import Ref
+    from .resolve import Ref
 
 logger = logging.getLogger("hubkernels.fetch")
 
 
-def _shipped(path: str) -> bool:
-    return ships(path)
-
-
-def _download_and_verify(
+def download_and_verify(
     state: RepoState, remote: Remote, ref: Ref, variant: str, tree: dict[str, TreeEntry] | None, force: bool
 ) -> tuple[str, Verified]:
     """Fetch what is missing of the variant, verify all of it, write the receipt; returns metadata's sha256 and
     what was verified."""
-    if tree is not None:  # the variant's artifact where one is published (`_artifact`), else its files one by one
-        from ._artifact import install_artifact
+    if tree is not None:  # the variant's artifact where one is published (`artifact`), else its files one by one
+        from .artifact import install_artifact
 
         unpacked, tree = install_artifact(state, remote, ref, variant, tree, force)
         if unpacked:
@@ -40,7 +35,7 @@ def _download_and_verify(
     vdir = state.variant_dir(ref.commit, variant)
     prefix = f"build/{variant}/"
     if tree is not None:
-        wanted = {p: e for p, e in tree.items() if p.startswith(prefix) and _shipped(p)}
+        wanted = {p: e for p, e in tree.items() if p.startswith(prefix) and ships(p)}
         if prefix + "metadata.json" not in wanted:
             raise VariantNotFoundError(
                 f"{state.repo_id}@{ref.commit[:7]}: build/{variant} has no metadata.json, "
@@ -101,7 +96,7 @@ def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry]
             variant,
         )
         algorithm = "sha256"
-        listed = {p[len(prefix) :]: e for p, e in tree.items() if p.startswith(prefix) and _shipped(p)}
+        listed = {p[len(prefix) :]: e for p, e in tree.items() if p.startswith(prefix) and ships(p)}
         problems, hashes = _tree_violations(
             vdir, {p: e for p, e in listed.items() if p not in _digest.EXCLUDED_TOP_LEVEL}
         )
