@@ -77,3 +77,22 @@ def cuda_arch() -> str | None:
     """HUBKERNELS_CUDA_ARCH (e.g. `9.0`): the GPU arch the loader assumes when it picks a per-arch slice, instead
     of asking torch (so a CPU machine can rehearse a GPU's download); None when unset."""
     return os.environ.get("HUBKERNELS_CUDA_ARCH", "").strip() or None
+
+
+def hub_read_timeout_s() -> float:
+    """`HF_HUB_DOWNLOAD_TIMEOUT` (huggingface_hub's own, default 10): the longest the loader waits on a silent Hub
+    connection, to connect or between two reads of an answer (hf_xet's transfers too, unless HF_XET_* say)."""
+    try:
+        return max(0.1, float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10))
+    except ValueError:
+        return 10.0
+
+
+def hub_deadline_s() -> float:
+    """`HUBKERNELS_HUB_DEADLINE` (default 30): seconds one Hub call of the loader (a listing, one file's download)
+    may take with its retries, plus one second per 64 KiB received, so a stall or a trickle ends in a
+    DownloadError while a large download that keeps moving is never cut off."""
+    try:
+        return max(0.1, float(os.environ.get("HUBKERNELS_HUB_DEADLINE") or 30))
+    except ValueError:
+        return 30.0

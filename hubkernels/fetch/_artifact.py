@@ -27,7 +27,7 @@ from .. import settings
 from ..errors import DigestError
 from ..layout import WHEELS_DIR, wheel_label
 from ..slice import sm_of
-from ._hub import Remote, call
+from ._hub import Remote, call, progress_bar
 from ._local import RepoState, TreeEntry, _read_json, _write_json, git_blob_id
 
 if TYPE_CHECKING:
@@ -153,7 +153,13 @@ def install_artifact(
             call(
                 f"downloading {path} of {state.repo_id}@{ref.commit[:7]}",
                 lambda: remote.api.hf_hub_download(
-                    state.repo_id, path, repo_type="kernel", revision=ref.commit, local_dir=work, force_download=force
+                    state.repo_id,
+                    path,
+                    repo_type="kernel",
+                    revision=ref.commit,
+                    local_dir=work,
+                    force_download=force,
+                    tqdm_class=progress_bar(),
                 ),
                 retry_dropped=False,
             )
