@@ -127,6 +127,12 @@ def _attempt(repo_id: str, cache: str) -> dict:
         }
 
 
+def _calls_running() -> int:
+    import threading
+
+    return sum(t.name == "hubkernels-hub-call" and t.is_alive() for t in threading.enumerate())
+
+
 def _two_loads(repo_id: str, cache: str, env: dict, conn) -> None:  # type: ignore[no-untyped-def]
     """In the forked process: a load under the fault, then (once the parent cleared it) another."""
     for k, v in env.items():
@@ -134,7 +140,11 @@ def _two_loads(repo_id: str, cache: str, env: dict, conn) -> None:  # type: igno
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    conn.send(_attempt(repo_id, cache))
+    first = _attempt(repo_id, cache)
+    deadline = time.monotonic() + 5  # a call given up on must not go on downloading in the background
+    while time.monotonic() < deadline and _calls_running():
+        time.sleep(0.1)
+    conn.send(first | {"lingering": _calls_running()})
     conn.recv()
     os.environ.pop("HUBKERNELS_HUB_DEADLINE", None)  # the second load has the default deadline (a loaded machine)
     conn.send(_attempt(repo_id, cache))
@@ -169,6 +179,8 @@ def _verdict(first: dict, second: dict, leftovers: list[str]) -> list[str]:
         wrong.append(f"first load: {first}")
     if first["outcome"] != "hang" and first["s"] > DEADLINE_S:
         wrong.append(f"first load took {first['s']:.1f} s")
+    if first.get("lingering"):
+        wrong.append(f"{first['lingering']} Hub calls still running 5 s after the load gave up on them")
     if second["outcome"] != "loaded":
         wrong.append(f"the load after the fault cleared: {second}")
     if leftovers:
