@@ -49,7 +49,8 @@ class Fault:
     instead (status 200 unless ``status`` says). ``truncate_after``: run the request but close the connection after
     this many body bytes; ``stall_after``: send this many body bytes, then hold the connection silent ``stall_s``
     seconds before closing it; ``trickle_s``: send the body 16 bytes at a time, this many seconds apart.
-    ``headers``: added to the answer (replacing the app's own of the same name). ``delay_s``: wait this long first.
+    ``headers``: added to the answer (replacing the app's own of the same name; a ``Content-Length`` also cuts the
+    body to it, so the client gets a complete, short answer). ``delay_s``: wait this long first.
     ``times``: how many matching requests it hits (None: all of them). ``method``: only this method.
     """
 
@@ -252,16 +253,25 @@ class ControlMiddleware:
             None if fault is None else fault.truncate_after if fault.truncate_after is not None else fault.stall_after
         )
         sent = 0
+        declared = _declared_length(fault)  # a Content-Length the fault sets: the body is cut to it
+        ended = False
 
         async def send_wrapper(message: dict) -> None:
-            nonlocal sent
+            nonlocal sent, ended
             if message["type"] == "http.response.start":
                 record["status"] = message["status"]
                 if fault is not None and fault.headers:
                     record["fault"] = record["fault"] or "headers"
                     message = dict(message, headers=_with_headers(message.get("headers", []), fault.headers))
             elif message["type"] == "http.response.body" and fault is not None:
+                if ended:
+                    return
                 body = message.get("body", b"")
+                if declared is not None:
+                    body = body[: max(0, declared - sent)]
+                    more = bool(message.get("more_body")) and sent + len(body) < declared
+                    ended = not more
+                    message = dict(message, body=body, more_body=more)
                 if cut_at is not None and sent + len(body) >= cut_at and (body or not message.get("more_body")):
                     record["fault"] = "truncate" if fault.truncate_after is not None else "stall"
                     await send({"type": "http.response.body", "body": body[: cut_at - sent], "more_body": True})
@@ -285,6 +295,14 @@ class ControlMiddleware:
                     record["status"] = 500
                 raise
             # Returning without finishing the body makes uvicorn close the connection.
+
+
+def _declared_length(fault: Fault | None) -> int | None:
+    """The Content-Length a fault puts on the app's answer, if it sets one."""
+    for name, value in (fault.headers if fault is not None else {}).items():
+        if name.lower() == "content-length" and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 def _with_headers(headers: list, extra: dict[str, str]) -> list:
