@@ -81,7 +81,7 @@ def cuda_arch() -> str | None:
 
 def hub_read_timeout_s() -> float:
     """`HF_HUB_DOWNLOAD_TIMEOUT` (huggingface_hub's own, default 10): the longest the loader waits on a silent Hub
-    connection, to connect or between two reads of an answer (hf_xet's transfers too, unless HF_XET_* say)."""
+    connection, to connect or between two reads of an answer (and hf_xet's connect timeout, unless HF_XET_* say)."""
     try:
         return max(0.1, float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10))
     except ValueError:

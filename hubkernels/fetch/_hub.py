@@ -285,14 +285,15 @@ _STREAMS: dict[type, type] = {}
 
 
 def _xet_limits() -> None:
-    """hf_xet's own timeouts and retries, from the loader's settings, unless HF_XET_* set them (hf_xet reads them
-    when it starts its transfers, once per process)."""
-    read = f"{max(1, round(settings.hub_read_timeout_s()))}s"
+    """hf_xet's own timeouts and retries within the loader's deadline, unless HF_XET_* set them. hf_xet reads them
+    once per process, when it starts, so they also hold for an upload later in the process: its read timeout is
+    the whole deadline (30 s, not hub_read_timeout_s), which a server digesting a large xorb stays within."""
+    deadline = f"{max(1, round(settings.hub_deadline_s()))}s"
     for name, value in (
-        ("HF_XET_CLIENT_READ_TIMEOUT", read),
-        ("HF_XET_CLIENT_CONNECT_TIMEOUT", read),
+        ("HF_XET_CLIENT_READ_TIMEOUT", deadline),
+        ("HF_XET_CLIENT_CONNECT_TIMEOUT", f"{max(1, round(settings.hub_read_timeout_s()))}s"),
         ("HF_XET_CLIENT_RETRY_BASE_DELAY", "500ms"),
-        ("HF_XET_CLIENT_RETRY_MAX_DURATION", f"{max(1, round(settings.hub_deadline_s() / 2))}s"),
+        ("HF_XET_CLIENT_RETRY_MAX_DURATION", deadline),
     ):
         os.environ.setdefault(name, value)
 
