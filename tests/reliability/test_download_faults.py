@@ -4,9 +4,9 @@ range), on the file-by-file path of a kernel-builder repo (its `build/` listing)
 Each fault hits every matching request of the first load; once it is cleared, a second load in the same process
 and cache completes, so nothing the fault left behind is used.
 
-Before: of these 39 cases, 8 untyped errors (JSONDecodeError, KeyError... on garbage or misshapen 200 answers)
-and 23 loads still running after 20 s (no timeout on API calls, hf_xet's 120 s read timeout and 6 min of
-retries, a trickle resetting every read timeout); 8 passed.
+Before (commit 74887ab's loader, a 60 s deadline): 25 of these 39 cases failed, 8 untyped errors
+(JSONDecodeError, KeyError... on garbage or misshapen 200 answers) and 17 loads still running after 60 s (no
+timeout on API calls, hf_xet's 120 s read timeout and 6 min of retries, a trickle resetting every read timeout).
 
 Each load runs in a process forked from a server that already imported torch, so a hang is timed out and killed.
 The loader's limits are set short here (HUBKERNELS_FAULT_HUB_DEADLINE, HUBKERNELS_FAULT_READ_TIMEOUT) so the
