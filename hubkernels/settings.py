@@ -96,3 +96,22 @@ def aten_cpu_capability() -> str:
     """`ATEN_CPU_CAPABILITY` (torch's own switch: `default`, `avx2`, `avx512`...): the widest ISA torch's CPU
     kernels may use, lowercase; '' when unset."""
     return os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+
+
+def hub_read_timeout_s() -> float:
+    """`HF_HUB_DOWNLOAD_TIMEOUT` (huggingface_hub's own, default 10): the longest the loader waits on a silent Hub
+    connection, to connect or between two reads of an answer (and hf_xet's connect timeout, unless HF_XET_* say)."""
+    try:
+        return max(0.1, float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10))
+    except ValueError:
+        return 10.0
+
+
+def hub_deadline_s() -> float:
+    """`HUBKERNELS_HUB_DEADLINE` (default 30): seconds one Hub call of the loader (a listing, one file's download)
+    may take with its retries, plus one second per 64 KiB received, so a stall or a trickle ends in a
+    DownloadError while a large download that keeps moving is never cut off."""
+    try:
+        return max(0.1, float(os.environ.get("HUBKERNELS_HUB_DEADLINE") or 30))
+    except ValueError:
+        return 30.0

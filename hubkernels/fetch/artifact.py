@@ -28,7 +28,7 @@ from ..errors import DigestError
 from ..layout import WHEELS_DIR, wheel_label
 from ..slice import sm_of
 from .cache import RepoState, TreeEntry, git_blob_id, read_json, write_json
-from .remote import Remote, call
+from .remote import Remote, call, progress_bar
 
 if TYPE_CHECKING:
     from .resolve import Ref
@@ -153,7 +153,13 @@ def install_artifact(
             call(
                 f"downloading {path} of {state.repo_id}@{ref.commit[:7]}",
                 lambda: remote.api.hf_hub_download(
-                    state.repo_id, path, repo_type="kernel", revision=ref.commit, local_dir=work, force_download=force
+                    state.repo_id,
+                    path,
+                    repo_type="kernel",
+                    revision=ref.commit,
+                    local_dir=work,
+                    force_download=force,
+                    tqdm_class=progress_bar(),
                 ),
                 retry_dropped=False,
             )

@@ -4,15 +4,20 @@
 dropped connections) are retried a few times with a short back-off where huggingface_hub does not already
 retry them (refs, the org overview, file bodies answered with 5xx); where it does (paginated listings, the
 HEAD before a download, resuming a dropped transfer with Range) its own back-off is left alone, so they do not
-stack. What still fails becomes a `DownloadError` naming the endpoint. huggingface_hub writes each file to
-`<blob>.incomplete` and renames it only when complete, and the loader verifies every file afterwards, so an
-interrupted download is never imported.
+stack. What still fails becomes a `DownloadError` naming the endpoint, and so does an answer that is not one a
+Hub sends (garbage behind a 200). Each call has a deadline (`settings.hub_deadline_s`, growing with the bytes
+received) that its retries share, and no read waits longer than `settings.hub_read_timeout_s`: both enforced on
+huggingface_hub's HTTP client, and passed to hf_xet as its own retry and timeout settings. huggingface_hub writes
+each file to `<blob>.incomplete` and renames it only when complete, and the loader verifies every file
+afterwards, so an interrupted download is never imported.
 """
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import logging
+import os
 import re
 import threading
 import time
@@ -21,6 +26,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from .. import settings
 from ..errors import HubkernelsError
 from ..hub import api, endpoint  # noqa: F401  (re-exported: the loader's client)
 from .cache import TreeEntry
@@ -36,6 +42,8 @@ T = TypeVar("T")
 ATTEMPTS = 3
 _BACKOFF = (0.25, 1.0, 2.0)
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: Bytes per second a call must receive for them to extend its deadline by that second.
+_MIN_RATE = 64 * 1024
 
 
 class KernelNotFoundError(HubkernelsError, LookupError):
@@ -92,14 +100,93 @@ def call(what: str, fn: Callable[[], T], *, attempts: int = ATTEMPTS, retry_drop
     What huggingface_hub already retries is not retried again, so back-offs don't stack: paginated listings
     pass `attempts=1`, and downloads `retry_dropped=False` (the client resumes a dropped transfer itself).
     """
+    if _budget.get() is not None:  # inside another call: its deadline holds
+        return _call(what, fn, attempts, retry_dropped)
+    budget = _Budget(what)
+    token = _budget.set(budget)
+    try:
+        return _within(budget, lambda: _call(what, fn, attempts, retry_dropped))
+    finally:
+        _budget.reset(token)
+
+
+def _within(budget: _Budget, fn: Callable[[], T]) -> T:
+    """Run `fn` in a worker thread and wait for it while `budget` lasts; past it, cancel hf_xet's transfers (its
+    retries are its own, out of reach of the HTTP client's deadline) and raise the budget's DownloadError."""
+    done = threading.Event()
+    out: dict[str, object] = {}
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        try:
+            out["value"] = context.run(fn)
+        except BaseException as e:  # noqa: BLE001  (handed to the waiting thread)
+            out["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="hubkernels-hub-call", daemon=True).start()
+    try:
+        while not done.wait(min(1.0, max(0.01, budget.left()))):
+            if budget.left() <= 0:
+                _abort_xet()
+                done.wait(5.0)  # the cancelled transfer lets go of its file locks, so a retry can start at once
+                raise budget.error()
+    except KeyboardInterrupt:
+        _abort_xet()  # as huggingface_hub does on Ctrl-C in its own thread
+        raise
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["value"]  # type: ignore[return-value]
+
+
+def _abort_xet() -> None:
+    """Cancel hf_xet's in-flight transfers (huggingface_hub's own way to stop them, as on Ctrl-C)."""
+    try:
+        from huggingface_hub.utils._xet import abort_xet_session
+    except ImportError:
+        return
+    abort_xet_session()
+
+
+def progress_bar():  # type: ignore[no-untyped-def]
+    """huggingface_hub's tqdm, counting the bytes a download receives towards its call's deadline (a Xet transfer
+    that keeps moving is not cut off)."""
+    from huggingface_hub.utils import tqdm
+
+    class Counting(tqdm):
+        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            self._budget = _budget.get()
+            super().__init__(*args, **kwargs)
+
+        def update(self, n=1):  # type: ignore[no-untyped-def]
+            if self._budget is not None and n and n > 0:
+                self._budget.received(int(n))
+            return super().update(n)
+
+    return Counting
+
+
+def _call(what: str, fn: Callable[[], T], attempts: int, retry_dropped: bool) -> T:
+    budget = _budget.get()
     for attempt in range(attempts):
         try:
             return fn()
+        except HubkernelsError:
+            raise
         except Exception as e:  # noqa: BLE001 - sorted below; anything else propagates unchanged
+            if _malformed(e):
+                raise DownloadError(
+                    f"{endpoint()} answered {what} with something a Hub does not send ({_one_line(e)}). Nothing was "
+                    "loaded. Check HF_ENDPOINT (a Hugging Face Hub, or `hubkernels serve`), or try again later."
+                ) from e
             dropped = isinstance(e, _transport_errors())
             retry = is_transient(e) and (retry_dropped or not dropped)
             if not retry and not dropped and not _unreachable(e) and not _xet_failure(e):
                 raise  # not a network problem: the caller turns it into a precise error (404s and the like)
+            wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+            if budget is not None and budget.left() < wait:
+                retry = False
             if not retry or attempt + 1 == attempts:
                 tries = f"failed {attempt + 1} times" if attempt else "failed"
                 raise DownloadError(
@@ -107,10 +194,108 @@ def call(what: str, fn: Callable[[], T], *, attempts: int = ATTEMPTS, retry_drop
                     "did not download completely are never used. Try again later, check HF_ENDPOINT and your "
                     "network, or load a copy already in the cache with HF_HUB_OFFLINE=1."
                 ) from e
-            wait = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
             logger.warning("%s: %s; retrying in %.2fs", what, _one_line(e), wait)
             time.sleep(wait)
     raise AssertionError("unreachable")
+
+
+def _malformed(error: BaseException) -> bool:
+    """The Hub's answer could not be read as what a Hub sends (not JSON, or JSON of another shape); huggingface_hub's
+    own errors (some are ValueErrors) are sorted by `call`."""
+    return isinstance(error, (ValueError, KeyError, TypeError, AttributeError, IndexError)) and not type(
+        error
+    ).__module__.startswith("huggingface_hub")
+
+
+class _Budget:
+    """What is left of one Hub call's deadline: `settings.hub_deadline_s()` from its start, plus a second per
+    `_MIN_RATE` bytes received (a large download that keeps moving goes on; a stall or a trickle does not)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.limit = settings.hub_deadline_s()
+        self.end = time.monotonic() + self.limit
+
+    def received(self, size: int) -> None:
+        self.end += size / _MIN_RATE
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def error(self) -> DownloadError:
+        return DownloadError(
+            f"{self.what} did not finish within {self.limit:g} s at {endpoint()}: the Hub stalled or answered too "
+            "slowly. Nothing was loaded. Try again later, check HF_ENDPOINT and your network, or allow more time "
+            "with HUBKERNELS_HUB_DEADLINE (seconds)."
+        )
+
+
+#: The deadline of the Hub call running in this thread (set by `call`); None outside the loader's calls.
+_budget: ContextVar[_Budget | None] = ContextVar("hubkernels_hub_budget", default=None)
+
+
+def _deadline_request(request) -> None:  # type: ignore[no-untyped-def]
+    """httpx request hook: inside a call, refuse to start past its deadline, and wait no longer on the Hub than
+    the read timeout or what is left of the deadline, whichever is shorter."""
+    budget = _budget.get()
+    if budget is None:
+        return
+    left = budget.left()
+    if left <= 0:
+        raise budget.error()
+    cap = min(settings.hub_read_timeout_s(), left)
+    asked = request.extensions.get("timeout") or {}
+    request.extensions["timeout"] = {
+        k: cap if asked.get(k) is None else min(asked[k], cap) for k in ("connect", "read", "write", "pool")
+    }
+
+
+def _deadline_response(response) -> None:  # type: ignore[no-untyped-def]
+    """httpx response hook: inside a call, its body is read against the call's deadline."""
+    budget = _budget.get()
+    if budget is not None:
+        response.stream = _budget_stream(type(response.stream).__mro__)(response.stream, budget)
+
+
+def _budget_stream(_mro: tuple) -> type:
+    """A byte stream of the client's httpx (httpx2 or httpx) that ends in the budget's error once it is spent."""
+    base = next(c for c in _mro if c.__name__ == "SyncByteStream")
+    cached = _STREAMS.get(base)
+    if cached is None:
+
+        class BudgetStream(base):  # type: ignore[misc, valid-type]
+            def __init__(self, inner, budget: _Budget) -> None:  # type: ignore[no-untyped-def]
+                self.inner, self.budget = inner, budget
+
+            def __iter__(self):  # type: ignore[no-untyped-def]
+                for chunk in self.inner:
+                    self.budget.received(len(chunk))
+                    if self.budget.left() <= 0:
+                        raise self.budget.error()
+                    yield chunk
+
+            def close(self) -> None:
+                self.inner.close()
+
+        cached = _STREAMS[base] = BudgetStream
+    return cached
+
+
+_STREAMS: dict[type, type] = {}
+
+
+def _xet_limits() -> None:
+    """hf_xet's own timeouts and retries within the loader's deadline, unless HF_XET_* set them. hf_xet reads them
+    once per process, when it starts, so they also hold for an upload later in the process: its read timeout is
+    the whole deadline (30 s, not hub_read_timeout_s), which a server digesting a large xorb stays within."""
+    deadline = f"{max(1, round(settings.hub_deadline_s()))}s"
+    for name, value in (
+        ("HF_XET_CLIENT_READ_TIMEOUT", deadline),
+        ("HF_XET_CLIENT_CONNECT_TIMEOUT", f"{max(1, round(settings.hub_read_timeout_s()))}s"),
+        ("HF_XET_CLIENT_RETRY_BASE_DELAY", "500ms"),
+        ("HF_XET_CLIENT_RETRY_MAX_DURATION", deadline),
+    ):
+        os.environ.setdefault(name, value)
 
 
 def _xet_failure(error: BaseException) -> bool:
@@ -156,13 +341,16 @@ def _etag_guard(response) -> None:  # type: ignore[no-untyped-def]
 def _guard_client(client):  # type: ignore[no-untyped-def]
     hooks = client.event_hooks
     if _etag_guard not in hooks["response"]:
-        client.event_hooks = {"request": list(hooks["request"]), "response": [*hooks["response"], _etag_guard]}
+        client.event_hooks = {
+            "request": [*hooks["request"], _deadline_request],
+            "response": [*hooks["response"], _etag_guard, _deadline_response],
+        }
     return client
 
 
 def install_etag_guard() -> None:
-    """Add the ETag check to huggingface_hub's shared HTTP client, and to any it creates later (it makes a new
-    one after a dropped connection). The check acts only inside `Remote.download`; other calls are untouched."""
+    """Add the ETag check and the deadlines to huggingface_hub's shared HTTP client, and to any it creates later
+    (it makes a new one after a dropped connection). They act only inside `call`; other requests are untouched."""
     from huggingface_hub.utils import _http
 
     with _guard_lock:
@@ -187,6 +375,8 @@ class Remote:
     @property
     def api(self) -> HfApi:
         if self._api is None:
+            _xet_limits()
+            install_etag_guard()
             self._api = api()
         return self._api
 
@@ -309,7 +499,7 @@ class Remote:
 
         from huggingface_hub.utils import tqdm
 
-        class _Quiet(tqdm):  # the per-file bars of hf_hub_download; ours counts files instead
+        class _Quiet(progress_bar()):  # the per-file bars of hf_hub_download; ours counts files instead
             def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
                 kwargs["disable"] = True
                 super().__init__(*args, **kwargs)

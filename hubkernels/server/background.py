@@ -198,27 +198,10 @@ class BackgroundHub:
     def reset_requests(self) -> None:
         self.control.reset_requests()
 
-    def add_fault(
-        self,
-        path_regex: str,
-        *,
-        method: str | None = None,
-        status: int | None = None,
-        truncate_after: int | None = None,
-        delay_s: float = 0.0,
-        times: int | None = 1,
-        headers: dict[str, str] | None = None,
-    ) -> Fault:
-        """Make the next ``times`` requests whose decoded path matches ``path_regex`` fail (see `Fault`)."""
-        return self.control.add_fault(
-            path_regex,
-            method=method,
-            status=status,
-            truncate_after=truncate_after,
-            delay_s=delay_s,
-            times=times,
-            headers=headers,
-        )
+    def add_fault(self, path_regex: str, **rule: Any) -> Fault:
+        """Make the next ``times`` requests whose decoded path matches ``path_regex`` fail (see `Fault` for the
+        keys of ``rule``: status, body, truncate_after, stall_after, trickle_s, delay_s, headers, method...)."""
+        return self.control.add_fault(path_regex, **rule)
 
     def clear_faults(self) -> None:
         self.control.clear_faults()

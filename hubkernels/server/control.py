@@ -3,9 +3,11 @@
 Every request (except the ``/_hubkernels/`` control routes) is recorded as ``{method, path, query, status,
 range, fault}``, so a test can assert "the second load made no request"; the log keeps the latest
 ``log_size`` requests, and a request to a private repository is recorded without its path or query. Faults
-make matching requests fail on purpose: answer a status (500, 429 + ``Retry-After`` ...), wait first, or send
-the headers with the full ``Content-Length`` and then close the connection mid-body, which is what a flaky
-network does to a download. A fault's pattern is matched with a time bound; one that exceeds it is dropped.
+make matching requests fail on purpose: answer a status (500, 429 + ``Retry-After`` ...) or a body of their
+own (garbage behind a 200), wait first, send the headers with the full ``Content-Length`` and then close the
+connection mid-body (what a flaky network does to a download), stall mid-body with the connection open, trickle
+the body a few bytes at a time, or send wrong headers (a ``Content-Length`` that is not the body's). A
+fault's pattern is matched with a time bound; one that exceeds it is dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import itertools
 import logging
 import re
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 from urllib.parse import unquote
 
@@ -43,9 +45,13 @@ _fault_ids = itertools.count(1)
 class Fault:
     """A rule that makes requests whose decoded path matches ``path_regex`` (``re.search``) misbehave.
 
-    ``status``: answer this status with a JSON error instead of running the request. ``truncate_after``: run the
-    request but close the connection after this many body bytes. ``delay_s``: wait this long first (alone or with
-    either). ``times``: how many matching requests it hits (None: all of them). ``method``: only this method.
+    ``status``: answer this status with a JSON error instead of running the request; ``body``: answer this text
+    instead (status 200 unless ``status`` says). ``truncate_after``: run the request but close the connection after
+    this many body bytes; ``stall_after``: send this many body bytes, then hold the connection silent ``stall_s``
+    seconds before closing it; ``trickle_s``: send the body 16 bytes at a time, this many seconds apart.
+    ``headers``: added to the answer (replacing the app's own of the same name; a ``Content-Length`` also cuts the
+    body to it, so the client gets a complete, short answer). ``delay_s``: wait this long first.
+    ``times``: how many matching requests it hits (None: all of them). ``method``: only this method.
     """
 
     path_regex: str
@@ -55,6 +61,10 @@ class Fault:
     delay_s: float = 0.0
     times: int | None = 1
     headers: dict[str, str] = field(default_factory=dict)
+    body: str | None = None
+    stall_after: int | None = None
+    stall_s: float = 300.0
+    trickle_s: float = 0.0
     id: int = field(default_factory=lambda: next(_fault_ids))
 
     def __post_init__(self) -> None:
@@ -66,14 +76,26 @@ class Fault:
             raise ValueError(f"Invalid path_regex {self.path_regex!r}: {exc}") from None
         if self.method is not None:
             self.method = self.method.upper()
-        if self.status is None and self.truncate_after is None and not self.delay_s:
-            raise ValueError("A fault needs at least one of status, truncate_after or delay_s.")
-        if self.status is not None and self.truncate_after is not None:
-            raise ValueError("A fault either answers a status or truncates the body, not both.")
+        cuts = [k for k in ("truncate_after", "stall_after") if getattr(self, k) is not None]
+        answers = self.status is not None or self.body is not None
+        if not answers and not cuts and not self.delay_s and not self.trickle_s and not self.headers:
+            raise ValueError(
+                "A fault needs at least one of status, truncate_after or delay_s (or body, stall_after, trickle_s, "
+                "headers)."
+            )
+        if answers and (cuts or self.trickle_s):
+            raise ValueError("A fault either answers a status or body of its own or alters the app's, not both.")
+        if len(cuts) > 1:
+            raise ValueError("A fault either truncates the body or stalls it, not both.")
+        if self.body is not None and (not isinstance(self.body, str) or len(self.body) > 1_000_000):
+            raise ValueError("A fault's body is a string of at most 1,000,000 characters.")
+        for name in ("stall_after", "truncate_after"):
+            if getattr(self, name) is not None and int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be a number of bytes >= 0.")
+        if not 0 <= float(self.stall_s) <= 3600 or not 0 <= float(self.trickle_s) <= 60:
+            raise ValueError("stall_s must be between 0 and 3600 seconds, trickle_s between 0 and 60.")
         if self.status is not None and not 100 <= int(self.status) <= 599:
             raise ValueError(f"Invalid fault status {self.status}: use an HTTP status between 100 and 599.")
-        if self.truncate_after is not None and int(self.truncate_after) < 0:
-            raise ValueError("truncate_after must be a number of bytes >= 0.")
         if self.times is not None and int(self.times) < 1:
             raise ValueError("times must be >= 1, or null for every matching request.")
         for name, value in (self.headers or {}).items():  # sent as they are: a bad one would break the answer
@@ -101,6 +123,10 @@ class Fault:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
+FAULT_KEYS = frozenset(f.name for f in fields(Fault)) - {"path_regex", "id"}
+"""The keys a fault rule may have besides ``path_regex``."""
+
+
 class HubControl:
     """The request log and the fault rules of one hub; thread-safe, shared by the app and its Python handle."""
 
@@ -119,27 +145,18 @@ class HubControl:
         with self._lock:
             self._requests.clear()
 
-    def add_fault(
-        self,
-        path_regex: str,
-        *,
-        method: str | None = None,
-        status: int | None = None,
-        truncate_after: int | None = None,
-        delay_s: float = 0.0,
-        times: int | None = 1,
-        headers: dict[str, str] | None = None,
-    ) -> Fault:
-        """Install a fault rule (see `Fault`); rules are tried in the order they were added."""
-        fault = Fault(
-            path_regex,
-            method=method,
-            status=status,
-            truncate_after=truncate_after,
-            delay_s=float(delay_s),
-            times=times,
-            headers=dict(headers or {}),
-        )
+    def add_fault(self, path_regex: str, **rule: Any) -> Fault:
+        """Install a fault rule (see `Fault` for the keys of ``rule``); rules are tried in the order they were added."""
+        unknown = set(rule) - FAULT_KEYS
+        if unknown:
+            raise TypeError(
+                f"Unknown fault keys {sorted(unknown)}; a fault has path_regex and some of {sorted(FAULT_KEYS)}."
+            )
+        rule["headers"] = dict(rule.get("headers") or {})
+        for name in ("delay_s", "stall_s", "trickle_s"):
+            if name in rule:
+                rule[name] = float(rule[name])
+        fault = Fault(path_regex, **rule)
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -228,24 +245,46 @@ class ControlMiddleware:
         if fault is not None and fault.delay_s:
             record["fault"] = "delay"
             await anyio.sleep(fault.delay_s)
-        if fault is not None and fault.status is not None:
-            record.update(status=fault.status, fault="status")
+        if fault is not None and (fault.status is not None or fault.body is not None):
+            record.update(status=fault.status or 200, fault="status" if fault.body is None else "body")
             await _send_fault(send, fault)
             return
-        truncate_after = fault.truncate_after if fault is not None else None
+        cut_at = (
+            None if fault is None else fault.truncate_after if fault.truncate_after is not None else fault.stall_after
+        )
         sent = 0
+        declared = _declared_length(fault)  # a Content-Length the fault sets: the body is cut to it
+        ended = False
 
         async def send_wrapper(message: dict) -> None:
-            nonlocal sent
+            nonlocal sent, ended
             if message["type"] == "http.response.start":
                 record["status"] = message["status"]
-            elif message["type"] == "http.response.body" and truncate_after is not None:
+                if fault is not None and fault.headers:
+                    record["fault"] = record["fault"] or "headers"
+                    message = dict(message, headers=_with_headers(message.get("headers", []), fault.headers))
+            elif message["type"] == "http.response.body" and fault is not None:
+                if ended:
+                    return
                 body = message.get("body", b"")
-                if sent + len(body) >= truncate_after and (body or not message.get("more_body")):
-                    record["fault"] = "truncate"
-                    await send({"type": "http.response.body", "body": body[: truncate_after - sent], "more_body": True})
+                if declared is not None:
+                    body = body[: max(0, declared - sent)]
+                    more = bool(message.get("more_body")) and sent + len(body) < declared
+                    ended = not more
+                    message = dict(message, body=body, more_body=more)
+                if cut_at is not None and sent + len(body) >= cut_at and (body or not message.get("more_body")):
+                    record["fault"] = "truncate" if fault.truncate_after is not None else "stall"
+                    await send({"type": "http.response.body", "body": body[: cut_at - sent], "more_body": True})
+                    if fault.stall_after is not None:
+                        await anyio.sleep(fault.stall_s)
                     raise _Truncated()
                 sent += len(body)
+                if fault.trickle_s and body:
+                    record["fault"] = "trickle"
+                    for i in range(0, len(body), 16):
+                        await send({"type": "http.response.body", "body": body[i : i + 16], "more_body": True})
+                        await anyio.sleep(fault.trickle_s)
+                    message = dict(message, body=b"")
             await send(message)
 
         try:
@@ -258,15 +297,34 @@ class ControlMiddleware:
             # Returning without finishing the body makes uvicorn close the connection.
 
 
+def _declared_length(fault: Fault | None) -> int | None:
+    """The Content-Length a fault puts on the app's answer, if it sets one."""
+    for name, value in (fault.headers if fault is not None else {}).items():
+        if name.lower() == "content-length" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _with_headers(headers: list, extra: dict[str, str]) -> list:
+    """The answer's headers with ``extra`` in place of any of the same names."""
+    names = {k.lower().encode("latin-1") for k in extra}
+    kept = [(k, v) for k, v in headers if k.lower() not in names]
+    return kept + [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in extra.items()]
+
+
 async def _send_fault(send: Any, fault: Fault) -> None:
-    body = f'{{"error": "fault injected by the local hub (rule {fault.id})"}}'.encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"x-error-message", f"fault injected by the local hub (rule {fault.id})".encode()),
-    ]
-    headers += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in fault.headers.items()]
-    await send({"type": "http.response.start", "status": int(fault.status), "headers": headers})
+    if fault.body is not None:
+        body = fault.body.encode("utf-8", "surrogatepass")
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    else:
+        body = f'{{"error": "fault injected by the local hub (rule {fault.id})"}}'.encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"x-error-message", f"fault injected by the local hub (rule {fault.id})".encode()),
+        ]
+    headers = _with_headers(headers, fault.headers)
+    await send({"type": "http.response.start", "status": int(fault.status or 200), "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

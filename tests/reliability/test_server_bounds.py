@@ -395,3 +395,37 @@ def test_a_damaged_tokens_file_gives_one_line_in_serve_token(tmp_path, record):
     bad = [o for o in outputs if o[0] != 2 or "\n" in o[1] or "Traceback" in o[1]]
     record(len(outputs), len(bad))
     assert bad == [] and all("tokens.json" in err for _, err in outputs)
+
+
+def test_the_lfs_pointer_cache_stays_within_its_bound_and_lfs_files_stay_lfs(tmp_path, monkeypatch, record):
+    """Listing a tree reads which small blobs are LFS pointers once and keeps the answers in a bounded cache: 300
+    small files through a 50-entry cache leave 50 answers, and the listing stays right when they are read again."""
+    import hashlib
+
+    from huggingface_hub import CommitOperationAdd
+
+    from hubkernels.server.storage import store
+
+    monkeypatch.setattr(store, "POINTER_CACHE_ENTRIES", 50)
+    server = start_hub(tmp_path / "hub")
+    try:
+        api = HfApi(endpoint=server.url, token=TEST_TOKEN)
+        api.create_repo("org/many-small", repo_type="kernel")
+        big = os.urandom(3000)
+        ops = [CommitOperationAdd(f"f{i}.txt", f"small {i}".encode()) for i in range(300)]
+        api.create_commit(
+            "org/many-small", [*ops, CommitOperationAdd("w.bin", big)], commit_message="m", repo_type="kernel"
+        )
+        listings = []
+        for _ in range(2):
+            status, _, body = http(f"{server.url}/api/kernels/org/many-small/tree/main?recursive=true")
+            assert status == 200
+            listings.append({e["path"]: (e.get("lfs") or {}).get("oid") for e in json.loads(body)})
+        cached = len(server.app.state.hub.storage._pointer_cache._data)
+    finally:
+        server.stop()
+    want = {f"f{i}.txt": None for i in range(300)} | {"w.bin": hashlib.sha256(big).hexdigest()}
+    wrong = sum(listing.get(p, "missing") != v for listing in listings for p, v in want.items())
+    record(2, wrong + int(cached > 50), small_files=300, bound=50, cached=cached)
+    assert cached <= 50, cached
+    assert wrong == 0, [{p: listing.get(p) for p in ("f0.txt", "w.bin")} for listing in listings]

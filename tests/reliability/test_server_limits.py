@@ -225,3 +225,37 @@ def test_a_slow_reader_of_a_long_download_is_not_cut_off_by_the_read_timeout(lim
     head, _, body = data.partition(b"\r\n\r\n")
     record(1, int(body != big), pause_s=2.5, read_timeout_s=1.0)
     assert head.startswith(b"HTTP/1.1 200") and body == big
+
+
+def test_the_download_faults_do_what_they_say(limited, record):
+    """The faults test_download_faults injects: a garbage 200, a Content-Length shorter than the body, a body that
+    stalls after 10 bytes with the connection open, and one trickled 16 bytes at a time."""
+    from http.client import HTTPConnection
+
+    refs = "/api/kernels/org/target/refs"
+    status, _, full = http(limited.url + refs)
+    assert status == 200 and len(full) > 40
+    seen = {}
+    limited.add_fault(r"/refs$", body="<html>garbage")
+    seen["garbage 200"] = http(limited.url + refs)[::2] == (200, b"<html>garbage")
+    limited.add_fault(r"/refs$", headers={"Content-Length": "5"})
+    seen["short content-length"] = http(limited.url + refs)[2] == full[:5]
+    limited.add_fault(r"/refs$", stall_after=10, stall_s=5)
+    conn = HTTPConnection("127.0.0.1", limited.port, timeout=1.5)
+    conn.request("GET", refs)
+    response = conn.getresponse()
+    head = response.read(10)
+    try:
+        response.read(1)
+        stalled = False
+    except TimeoutError:
+        stalled = True
+    conn.close()
+    seen["stall mid-body"] = head == full[:10] and stalled
+    limited.add_fault(r"/refs$", trickle_s=0.1)
+    start = time.monotonic()
+    body = http(limited.url + refs)[2]
+    seen["trickle"] = body == full and time.monotonic() - start >= 0.1 * (len(full) // 16 - 1)
+    limited.clear_faults()
+    record(len(seen), sum(not ok for ok in seen.values()))
+    assert all(seen.values()), seen

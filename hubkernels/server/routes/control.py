@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..common import hub, identity, json_object, param
+from ..control import FAULT_KEYS
 from ..storage import HubError
 
 
@@ -47,7 +48,7 @@ async def control_faults(request: Request) -> Response:
     if request.method == "GET":
         return JSONResponse([f.to_json() for f in control.faults()])
     body = await json_object(request, "fault rule", '{"path_regex": "/resolve/", "status": 500}')
-    allowed = {"path_regex", "method", "status", "truncate_after", "delay_s", "times", "headers"}
+    allowed = {"path_regex", *FAULT_KEYS}
     unknown = set(body) - allowed
     if unknown or "path_regex" not in body:
         raise HubError(

@@ -59,6 +59,9 @@ from .repo import LINKS_SCANNED, OBJECT_LINKS, PRIVATE_MARKER, Repo  # noqa: F40
 if TYPE_CHECKING:
     from ..xet.store import XetStore
 
+POINTER_CACHE_ENTRIES = 200_000
+"""The most small blobs whose "LFS pointer or not" answer the server keeps (about 40 MiB); older ones are read again."""
+
 
 class Storage:
     """All repositories and LFS objects under one root directory."""
@@ -76,7 +79,7 @@ class Storage:
         self._locks_guard = threading.Lock()
         self._snapshots = LRU(256, weight=lambda snap: len(snap.entries), max_weight=SNAPSHOT_CACHE_ENTRIES)
         self._commits = LRU(4096)
-        self._pointer_cache: dict[str, LfsPointer | None] = {}
+        self._pointer_cache = LRU(POINTER_CACHE_ENTRIES)  # oid -> LfsPointer, or False for a regular file
         self.xet: XetStore | None = None  # set by hubkernels.server.xet.install
         self._env = {
             "PATH": os.environ.get("PATH", ""),
@@ -195,7 +198,8 @@ class Storage:
 
     def _pointers_of(self, repo: Repo, oids: list[str]) -> dict[str, LfsPointer]:
         """Which of these small blobs are LFS pointers (one ``git cat-file --batch`` for the unknown ones)."""
-        unknown = sorted({o for o in oids if o not in self._pointer_cache})
+        known = {o: self._pointer_cache.get(o) for o in set(oids)}
+        unknown = sorted(o for o, p in known.items() if p is None)
         if unknown:
             out = repo.git("cat-file", "--batch", input="".join(o + "\n" for o in unknown).encode())
             pos = 0
@@ -204,8 +208,9 @@ class Storage:
                 _, _, size = out[pos:header_end].decode().split()
                 data = out[header_end + 1 : header_end + 1 + int(size)]
                 pos = header_end + 1 + int(size) + 1
-                self._pointer_cache[oid] = LfsPointer.parse(data)
-        return {o: p for o in oids if (p := self._pointer_cache.get(o)) is not None}
+                known[oid] = LfsPointer.parse(data) or False
+                self._pointer_cache.put(oid, known[oid])
+        return {o: p for o in oids if (p := known[o])}
 
 
 class LfsWriter:
