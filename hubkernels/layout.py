@@ -11,6 +11,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import TypeGuard
 
 from .errors import UsageError, VariantNotFoundError
 
@@ -120,7 +121,7 @@ _REPO_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?$")
 REPO_NAME_RULE = "letters, digits, '-', '_' and '.', at most 96 characters, no '--' or '..', not ending in '.git'"
 
 
-def is_repo_name(part: object) -> bool:
+def is_repo_name(part: object) -> TypeGuard[str]:
     """Whether `part` is a name the Hub accepts for an organization, a user or a repository (`REPO_NAME_RULE`)."""
     return (
         isinstance(part, str)
@@ -131,7 +132,7 @@ def is_repo_name(part: object) -> bool:
     )
 
 
-def is_repo_id(repo_id: object) -> bool:
+def is_repo_id(repo_id: object) -> TypeGuard[str]:
     """Whether `repo_id` is a Hub repo id: `org/name`, both parts `is_repo_name`."""
     return isinstance(repo_id, str) and repo_id.count("/") == 1 and all(map(is_repo_name, repo_id.split("/")))
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import CodeType, ModuleType
+from typing import Any
 
 from .. import digest as _digest
 from ..errors import KernelLoadError, VariantImportError
@@ -209,7 +210,7 @@ class _VerifiedSourceLoader(importlib.machinery.SourceFileLoader):
             code = compile(data, path, "exec", dont_inherit=True)
         return code
 
-    def set_data(self, path: str, data: bytes, *, _mode: int = 0o666) -> None:
+    def set_data(self, path: str, data: Any, *, _mode: int = 0o666) -> None:
         return None  # never write bytecode next to verified files
 
 

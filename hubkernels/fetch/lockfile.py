@@ -115,11 +115,11 @@ def read_lock(path: str | Path) -> dict[str, LockEntry]:
         raise LockFileError(f"{path} is not a kernels.lock file ({e}); re-create it with `hubkernels lock`") from None
     digests = _read_digests(digests_path(path))
     out: dict[str, LockEntry] = {}
-    for e in entries:
-        locked = digests.get(e.repo_id)
-        if locked is not None and locked.get("commit") == e.commit:
-            e = LockEntry(e.repo_id, e.commit, e.version, e.revision, _variants(locked["variants"]))
-        out.setdefault(e.repo_id, e)  # kernels also takes the first entry of a repo
+    for entry in entries:
+        locked = digests.get(entry.repo_id)
+        if locked is not None and locked.get("commit") == entry.commit:
+            entry = LockEntry(entry.repo_id, entry.commit, entry.version, entry.revision, _variants(locked["variants"]))
+        out.setdefault(entry.repo_id, entry)  # kernels also takes the first entry of a repo
     return out
 
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import settings
 from ..errors import HubkernelsError
@@ -472,11 +472,11 @@ class Remote:
             ) from None
         except RepositoryNotFoundError as e:
             raise self.not_found(e) from None
-        files = [e for e in entries if isinstance(e, RepoFile)]
-        for e in files:
-            if not _HASH.fullmatch(str(e.blob_id)) or (e.lfs and not _HASH.fullmatch(str(e.lfs.sha256))):
+        files = [entry for entry in entries if isinstance(entry, RepoFile)]
+        for file in files:
+            if not _HASH.fullmatch(str(file.blob_id)) or (file.lfs and not _HASH.fullmatch(str(file.lfs.sha256))):
                 raise DownloadError(
-                    f"{endpoint()} listed {e.path} of {self.repo_id}@{commit[:7]} with a malformed "
+                    f"{endpoint()} listed {file.path} of {self.repo_id}@{commit[:7]} with a malformed "
                     "hash; refusing to download from it. The server is broken or malicious: check "
                     "HF_ENDPOINT."
                 )
@@ -499,7 +499,9 @@ class Remote:
 
         from huggingface_hub.utils import tqdm
 
-        class _Quiet(progress_bar()):  # the per-file bars of hf_hub_download; ours counts files instead
+        bar: Any = progress_bar()
+
+        class _Quiet(bar):  # the per-file bars of hf_hub_download; ours counts files instead
             def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
                 kwargs["disable"] = True
                 super().__init__(*args, **kwargs)

@@ -16,6 +16,7 @@ import collections
 import itertools
 import logging
 import re
+import sys
 import threading
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -24,9 +25,9 @@ from urllib.parse import unquote
 import anyio
 import regex
 
-try:
+if sys.version_info >= (3, 11):
     from builtins import BaseExceptionGroup
-except ImportError:  # Python 3.10: anyio's backport
+else:  # Python 3.10: anyio's backport
     from exceptiongroup import BaseExceptionGroup
 
 CONTROL_PREFIX = "/_hubkernels/"
