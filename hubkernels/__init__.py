@@ -8,7 +8,7 @@ from ._version import __version__
 
 # Public API, imported lazily so `import hubkernels` stays cheap (torch is only imported when needed).
 _EXPORTS = {
-    "build_kernel": "hubkernels.build",
+    "build_kernel": "hubkernels.builder",
     "load_config": "hubkernels.config",
     "ConfigError": "hubkernels.config",
     "get_local_kernel": "hubkernels.load",
@@ -59,15 +59,15 @@ _EXPORTS = {
         )
     },
     "KernelDependencyError": "hubkernels.kernel_deps",
-    "CompileError": "hubkernels.build",
+    "CompileError": "hubkernels.builder",
     "ScaffoldError": "hubkernels.scaffold",
-    "ToolchainError": "hubkernels.toolchain",
-    "ToolchainUnavailable": "hubkernels.toolchain",
+    "ToolchainError": "hubkernels.builder",
+    "ToolchainUnavailable": "hubkernels.builder",
     "TokenError": "hubkernels.server.auth",
     "ServeError": "hubkernels.server.background",
     "XetFormatError": "hubkernels.server.xet_format",
     "PublishError": "hubkernels.publish",
-    "SliceError": "hubkernels.slice",
+    "SliceError": "hubkernels.builder",
     "LockFileError": "hubkernels.lock",
     "OpNamespaceError": "hubkernels.load",
     "KernelNotFoundError": "hubkernels.fetch",
@@ -96,7 +96,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .build import build as build_kernel
+    from .builder import build as build_kernel
     from .config import ConfigError, load_config
     from .fetch import get_kernel, get_kernel_variants, has_kernel, install_kernel
     from .fetch.locked import load_locked

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .build import build
+    from .builder import build
     from .server import BackgroundHub
 
     steps = _Steps()

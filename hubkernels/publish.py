@@ -9,10 +9,10 @@ variant fits can build that commit (`get_kernel(..., build=True)`). Every upload
 commit and so reuses the tag).
 
 Each variant also goes to `wheels/<variant>/` on the branch as one artifact, in the same commit as its Hub-layout
-files: its PEP 825 variant wheel (`hubkernels.wheel`; a wheel without label for a variant PEP 825 cannot describe),
-beside `wheels/<dist>-<version>-variants.json`, the index of every variant wheel on the branch. `hubkernels serve`
-lists the labelled wheels as a package index; `get_kernel` downloads the one of the variant it chose instead of
-its files one by one (`hubkernels.fetch._artifact`).
+files: its PEP 825 variant wheel (`hubkernels.builder.wheel`; a wheel without label for a variant PEP 825 cannot
+describe), beside `wheels/<dist>-<version>-variants.json`, the index of every variant wheel on the branch.
+`hubkernels serve` lists the labelled wheels as a package index; `get_kernel` downloads the one of the variant it
+chose instead of its files one by one (`hubkernels.fetch._artifact`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .builder.slice import slice_variant
+from .builder.wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 from .config import BuildConfig, load_config
 from .digest import violations
 from .errors import HubkernelsError, UsageError
 from .layout import WHEELS_DIR, shipped_files, variant_dirs, variants_index_name
 from .metadata import Metadata
-from .slice import slice_variant
 from .system import Variant
-from .wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 
 logger = logging.getLogger("hubkernels.publish")
 
@@ -458,7 +458,7 @@ def _check_builds(config: BuildConfig, built: dict[str, Path], metas: dict[str, 
                 f"build/{name} does not match its metadata.json digest ({'; '.join(problems)}). "
                 "Rebuild it with `hubkernels build` before uploading."
             )
-        from .build.loadcheck import variant_load_problems
+        from .builder.loadcheck import variant_load_problems
 
         unloadable = variant_load_problems(built[name])
         if unloadable:

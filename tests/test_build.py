@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hubkernels
-from hubkernels.build import build, unique_id
+from hubkernels.builder import build, unique_id
 from hubkernels.digest import hash_variant, verify_variant, violations
 from hubkernels.errors import BuildError, DigestError
 from hubkernels.load import import_variant
@@ -152,7 +152,7 @@ def test_built_module_passes_abi_checks(mini_build) -> None:
 
 
 def test_variant_wheel_installs_and_runs(mini_build, tmp_path: Path) -> None:
-    from hubkernels.wheel import build_wheel, plain_name
+    from hubkernels.builder.wheel import build_wheel, plain_name
 
     labelled = build_wheel(mini_build.path, tmp_path / "dist")
     major, minor = System.current().torch_version

@@ -23,7 +23,6 @@ FOUNDATION = {
     "digest",
     "errors",
     "_version",
-    "_setup_ext",
     "layout",
     "hub",
     "kernel_deps",

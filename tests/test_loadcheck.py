@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from hubkernels.build import build
-from hubkernels.build.loadcheck import admitted_tables, check_module, load_problems, variant_load_problems
-from hubkernels.build.symbols import read_elf, shipped_tables, write_link_stubs
+from hubkernels.builder import build
+from hubkernels.builder.loadcheck import admitted_tables, check_module, load_problems, variant_load_problems
+from hubkernels.builder.symbols import read_elf, shipped_tables, write_link_stubs
 from hubkernels.errors import BuildError
 from hubkernels.system import Variant
 

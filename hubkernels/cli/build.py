@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.matrix or args.torch or args.cuda:
         return run_matrix(args)
-    from ..build import CompileError, build
+    from ..builder import CompileError, build
 
     try:
         result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pack(variant_dir: Path, wheel_dir: str) -> Path:
-    from ..wheel import pack
+    from ..builder.wheel import pack
 
     return pack(variant_dir, wheel_dir)
 
@@ -62,10 +62,10 @@ def run_matrix(args: argparse.Namespace) -> int:
     (and with `--wheel`, the variant wheel of each built variant)."""
     import sys
 
+    from ..builder.matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan
+    from ..builder.matrix import run_matrix as run_jobs
     from ..config import load_config
     from ..layout import variant_dir
-    from ..matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan
-    from ..matrix import run_matrix as run_jobs
 
     jobs = plan(
         load_config(args.path),

@@ -24,9 +24,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from .. import settings
+from ..builder.slice import sm_of
 from ..errors import DigestError
 from ..layout import WHEELS_DIR, wheel_label
-from ..slice import sm_of
 from ._hub import Remote, call
 from ._local import RepoState, TreeEntry, _read_json, _write_json, git_blob_id
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ..build import BuildResult, build
+from ..builder import BuildResult, build
 from ..config import BuildConfig
 from ..errors import HubkernelsError
 from . import Check
@@ -91,7 +91,7 @@ def check_abi(builds: dict[str, BuildResult]) -> list[Check]:
         import kernel_abi_check  # noqa: F401
     except ImportError:
         return [Check("abi", "all", "skip", "kernel-abi-check is not installed (pip install kernel-abi-check)")]
-    from ..build import check_abi as abi_problems
+    from ..builder import check_abi as abi_problems
 
     found = []
     for backend, result in builds.items():

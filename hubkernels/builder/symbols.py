@@ -5,7 +5,7 @@ dynamic symbols: C symbols and C++ standard-library symbols (the ones a torch li
 of libstdc++), never torch's own C++ API. Tables for every torch the package index serves from the first
 stable-ABI release on ship in `torch_symbols/`, extracted from the published wheels by
 
-    python -m hubkernels.build.symbols torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl ...
+    python -m hubkernels.builder.symbols torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl ...
 
 so a build on a machine with one torch checks against all of them without downloading gigabytes. A build against
 the installed torch (full ABI) reads that torch's own libraries, every export included.
@@ -286,7 +286,7 @@ def stable_link_stubs(work: Path, target: tuple[int, int], backend: str) -> Path
 def main(argv: list[str]) -> int:
     """Extract the table of each torch wheel named into torch_symbols/ (a maintainer's command)."""
     if not argv:
-        print("usage: python -m hubkernels.build.symbols TORCH_WHEEL...", file=sys.stderr)
+        print("usage: python -m hubkernels.builder.symbols TORCH_WHEEL...", file=sys.stderr)
         return 2
     TABLE_DIR.mkdir(exist_ok=True)
     for wheel in argv:

@@ -30,7 +30,7 @@ from .compile import CompileError, compile_native
 from .generated import noarch_ops_py, ops_py
 from .ids import git_state, ops_name, unique_id
 from .loadcheck import admitted_tables, check_module
-from .toolchain import check_torch_bounds, choose_backend, stable_abi, variant_for
+from .machine import check_torch_bounds, choose_backend, stable_abi, variant_for
 
 __all__ = [
     "BuildResult",
@@ -133,7 +133,7 @@ def _build_variant(
     sources = [root / s for k in config.kernels_for(backend) for s in k.src]
     sources += [root / s for s in (config.torch.src if config.torch else ())]
     sources = [s for s in sources if s.is_file()]  # a missing one is reported by the compile step
-    builder = sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).parent.with_name("_setup_ext.py")]
+    builder = sorted(Path(__file__).parent.glob("*.py"))
     stamp = _stamp(
         [__version__, name, str(variant), config.file.read_text(), sys.version_info[:2]], pkg_files + sources + builder
     )

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import settings
-from .errors import HubkernelsError
+from .. import settings
+from ..errors import HubkernelsError
 
 __all__ = ["Toolchain", "ToolchainError", "ToolchainUnavailable", "toolchain", "cuda_home", "torch_env"]
 
@@ -68,7 +68,7 @@ class Toolchain:
     def env(self) -> dict[str, str]:
         """The environment a build in this toolchain runs with (our source first on the path)."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
-        source = str(Path(__file__).resolve().parent.parent)
+        source = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = source + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PATH"] = str(self.python.parent) + os.pathsep + env.get("PATH", "")
         if self.cuda_home is not None:
