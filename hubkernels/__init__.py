@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -81,6 +87,16 @@ _EXPORTS = {
 
 _ALIASES = {"build_kernel": "build"}
 
+#: Modules that moved: importing an old name (or a submodule under it) warns and hands back the new module.
+_MOVED = {
+    "hubkernels.build": "hubkernels.builder",
+    "hubkernels.build.toolchain": "hubkernels.builder.machine",
+    "hubkernels.matrix": "hubkernels.builder.matrix",
+    "hubkernels.toolchain": "hubkernels.builder.toolchain",
+    "hubkernels.wheel": "hubkernels.builder.wheel",
+    "hubkernels.slice": "hubkernels.builder.slice",
+}
+
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
@@ -88,11 +104,43 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'hubkernels' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
     globals()[name] = value
     return value
+
+
+def _moved_to(name: str) -> str | None:
+    """The new name of a module `_MOVED` lists (the longest listed prefix wins), None for any other."""
+    old = max((o for o in _MOVED if name == o or name.startswith(o + ".")), key=len, default=None)
+    return None if old is None else _MOVED[old] + name[len(old) :]
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the old names of moved modules; loading one warns (DeprecationWarning) and returns the new module."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        return importlib.util.spec_from_loader(fullname, self) if _moved_to(fullname) else None
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        new = _moved_to(spec.name)
+        assert new is not None
+        frame, level = sys._getframe(1), 2  # warn at the importing line, past importlib's own frames
+        while frame.f_back is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(
+            f"{spec.name} moved to {new}: import that instead (the old name will be removed)",
+            DeprecationWarning,
+            stacklevel=level,
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModules())  # before the path finder, which would load a second copy
 
 
 if TYPE_CHECKING:  # pragma: no cover

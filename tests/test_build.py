@@ -173,3 +173,26 @@ def test_variant_wheel_installs_and_runs(mini_build, tmp_path: Path) -> None:
         env={**__import__("os").environ, "PYTHONPATH": str(site)},
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_code_written_for_the_old_module_paths_still_runs_and_is_told_the_new_ones() -> None:
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "from hubkernels.build import build\n"
+        "from hubkernels.build.symbols import shipped_tables\n"
+        "from hubkernels.build.toolchain import cuda_home\n"
+        "from hubkernels.wheel import build_wheel\n"
+        "import hubkernels.builder, hubkernels.builder.symbols, hubkernels.builder.machine, hubkernels.builder.wheel\n"
+        "assert build is hubkernels.builder.build and shipped_tables is hubkernels.builder.symbols.shipped_tables\n"
+        "assert cuda_home is hubkernels.builder.machine.cuda_home\n"
+        "assert build_wheel is hubkernels.builder.wheel.build_wheel\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    for old, new in [
+        ("hubkernels.build", "hubkernels.builder"),
+        ("hubkernels.build.symbols", "hubkernels.builder.symbols"),
+        ("hubkernels.build.toolchain", "hubkernels.builder.machine"),
+        ("hubkernels.wheel", "hubkernels.builder.wheel"),
+    ]:
+        assert f"DeprecationWarning: {old} moved to {new}: import that instead" in out.stderr
