@@ -32,7 +32,21 @@ from .builder.wheel import WheelVariant, pack, slice_label, variant_json, varian
 from .config import BuildConfig, load_config
 from .digest import violations
 from .errors import HubkernelsError, UsageError
-from .layout import WHEELS_DIR, shipped_files, variant_dirs, variants_index_name
+from .layout import (
+    BUILD_DIR,
+    SOURCE_DIR,
+    WHEELS_DIR,
+    hub_source_file,
+    hub_under,
+    hub_variant_file,
+    hub_variant_of,
+    hub_variant_path,
+    hub_variants_index,
+    hub_wheel_dir,
+    hub_wheel_file,
+    shipped_files,
+    variant_dirs,
+)
 from .metadata import Metadata
 from .system import Variant
 
@@ -43,8 +57,6 @@ MIN_HUB_CLIENT = (2, 3)
 #: The Hub rejects commits with more operations than this; bigger uploads are split into several commits.
 MAX_OPERATIONS_PER_COMMIT = 1000
 
-#: Where the kernel's source goes on the version branch (see `source_files`; `hubkernels.fetch.source` builds it).
-SOURCE_DIR = "source"
 _HEADERS = {".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp"}
 
 #: License ids the Hub's card metadata knows, by lowercase SPDX id (others are written as `other`).
@@ -164,7 +176,7 @@ def upload(
         remote = [
             f.path
             for f in api.list_repo_tree(
-                repo_id, path_in_repo="build", recursive=True, revision=branch, repo_type="kernel"
+                repo_id, path_in_repo=BUILD_DIR, recursive=True, revision=branch, repo_type="kernel"
             )
             if isinstance(f, RepoFile)
         ]
@@ -224,33 +236,33 @@ def _commit_upload(
         leave=False,
     ) as bar:
         for name, vdir in built.items():
-            local = {f"build/{name}/{p.relative_to(vdir).as_posix()}": p for p in _shipped_files(vdir)}
+            local = {hub_variant_file(name, rel): p for rel, p in shipped_files(vdir)}
             ops: list = []
             for target, p in local.items():
                 ops.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)))
                 bar.update(1)
-            stale = [r for r in remote if r.startswith(f"build/{name}/") and r not in local]
+            stale = [r for r in remote if hub_under(r, hub_variant_path(name)) and r not in local]
             ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
             deleted += stale
             targets = []
             for wheel, wv in _artifacts(vdir, metas[name], wheel_dir / name):
-                targets.append(f"{WHEELS_DIR}/{name}/{wheel.name}")
+                targets.append(hub_wheel_file(name, wheel.name))
                 ops.append(CommitOperationAdd(path_in_repo=targets[-1], path_or_fileobj=str(wheel)))
                 if wv is not None:
                     wheel_variants[wheel.name] = wv
             if not new_branch:  # (on a new branch every remote wheel goes, below)
-                stale = [r for r in remote_wheels if r.startswith(f"{WHEELS_DIR}/{name}/") and r not in targets]
+                stale = [r for r in remote_wheels if hub_under(r, hub_wheel_dir(name)) and r not in targets]
                 ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
                 deleted += stale
             groups.append(ops)
     groups.append(source_ops)
     if new_branch:  # a fresh branch forked from main keeps no build (or wheel) of another version
-        orphans = [r for r in remote if r.split("/")[1] not in built] + list(remote_wheels)
+        orphans = [r for r in remote if hub_variant_of(r) not in built] + list(remote_wheels)
         groups.append([CommitOperationDelete(path_in_repo=r) for r in orphans])
         deleted += orphans
     if wheel_variants:
         index = _variants_index({} if new_branch else remote_wheels, wheel_variants)
-        index_path = f"{WHEELS_DIR}/{variants_index_name(config.python_name, config.general.version)}"
+        index_path = hub_variants_index(config.python_name, config.general.version)
         groups.append([CommitOperationAdd(path_in_repo=index_path, path_or_fileobj=index)])
     head = branches[branch]
     start = head
@@ -283,7 +295,7 @@ def _commit_upload(
             tag_message=f"{config.name} v{config.general.version}: {', '.join(built)}",
         )
     gone = set(deleted)
-    on_branch = {r.split("/")[1] for r in remote if r.count("/") >= 2 and r not in gone} | set(built)
+    on_branch = {v for r in remote if r not in gone and (v := hub_variant_of(r))} | set(built)
     card = render_card(config, repo_id, {**{n: None for n in sorted(on_branch)}, **metas})
     api.create_commit(
         repo_id,
@@ -415,7 +427,7 @@ def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:  #
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, RepoFile
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
-    local = {f"{SOURCE_DIR}/{rel}": p for rel, p in source_files(config).items()}
+    local = {hub_source_file(rel): p for rel, p in source_files(config).items()}
     try:
         remote = [
             f.path
@@ -447,15 +459,16 @@ def _built_variants(path: str | Path, wanted: Sequence[str] | None) -> dict[str,
 def _check_builds(config: BuildConfig, built: dict[str, Path], metas: dict[str, Metadata]) -> None:
     """Refuse stale or damaged builds; warn about dirty ones (they cannot be reproduced from a commit)."""
     for name, meta in metas.items():
+        where = hub_variant_path(name)
         if meta.version != config.general.version or meta.name != config.name:
             raise PublishError(
-                f"build/{name} is {meta.name} v{meta.version}, but {config.file} says {config.name} "
+                f"{where} is {meta.name} v{meta.version}, but {config.file} says {config.name} "
                 f"v{config.general.version}. Rebuild it with `hubkernels build`."
             )
         problems = violations(built[name], meta.digest)
         if problems:
             raise PublishError(
-                f"build/{name} does not match its metadata.json digest ({'; '.join(problems)}). "
+                f"{where} does not match its metadata.json digest ({'; '.join(problems)}). "
                 "Rebuild it with `hubkernels build` before uploading."
             )
         from .builder.loadcheck import variant_load_problems
@@ -463,12 +476,12 @@ def _check_builds(config: BuildConfig, built: dict[str, Path], metas: dict[str, 
         unloadable = variant_load_problems(built[name])
         if unloadable:
             raise PublishError(
-                f"build/{name} would not load where its name says ({'; '.join(unloadable)}). "
+                f"{where} would not load where its name says ({'; '.join(unloadable)}). "
                 "Fix it and rebuild before uploading."
             )
         if meta.dirty:
             warnings.warn(
-                f"build/{name} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
+                f"{where} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
                 "can rebuild it from a commit. Commit, rebuild and upload again for a reproducible release.",
                 UserWarning,
                 stacklevel=3,

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import UsageError
+from .layout import BUILD_DIR
 from .skill_cli import skill_dir
 
 __all__ = ["BACKENDS", "ScaffoldError", "init_kernel", "register_cli"]
@@ -29,7 +30,7 @@ _NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _OP = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _TEMPLATE_OP = "rms_norm"
 _ARTEFACTS = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "_build", "_ops.py", ".pytest_cache")
-_GITIGNORE = "build/\n_build/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
+_GITIGNORE = f"{BUILD_DIR}/\n_build/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
 
 
 class ScaffoldError(UsageError):

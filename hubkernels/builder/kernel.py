@@ -21,7 +21,7 @@ from .._version import __version__
 from ..config import BuildConfig, load_config
 from ..digest import hash_variant
 from ..errors import BuildError
-from ..layout import ships
+from ..layout import build_dir, ships
 from ..metadata import Metadata
 from ..system import System, Variant
 from .abi import check_abi, check_torch_stable_abi
@@ -94,7 +94,7 @@ def _build_locked(
     chosen = choose_backend(config, system, backend)
     check_buildable(config, chosen)
     check_torch_bounds(config, system)
-    out_root = Path(out_dir) if out_dir else config.root / "build"
+    out_root = Path(out_dir) if out_dir else build_dir(config.root)
     uid = unique_id(config.root)
     if config.is_noarch(chosen):
         backends = (

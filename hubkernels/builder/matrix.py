@@ -24,6 +24,7 @@ from .._version import __version__
 from ..config import BuildConfig, load_config
 from ..digest import violations
 from ..errors import UsageError
+from ..layout import variant_dir
 from ..metadata import Metadata
 from .toolchain import ToolchainError, ToolchainUnavailable, toolchain
 
@@ -147,7 +148,7 @@ def _run_job(config: BuildConfig, job: Job, say: Say, jobs_per_build: int | None
             detail=f"{job.backend} builds need that vendor's toolkit and torch, "
             "which the package index does not serve for this machine",
         )
-    dest = config.root / "build" / job.variant
+    dest = variant_dir(config.root, job.variant)
     stamp_file = config.root / "_build" / "matrix" / f"{job.variant}.stamp"
     stamp = _stamp(config, job)
     if stamp_file.is_file() and stamp_file.read_text() == stamp and _intact(dest):

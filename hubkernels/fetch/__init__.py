@@ -31,7 +31,7 @@ from types import ModuleType
 from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, UsageError, VariantImportError, VariantNotFoundError
-from ..layout import check_repo_id, ships
+from ..layout import check_repo_id, hub_variant_of, ships
 from ..load import Verified
 from ..metadata import Metadata
 from ..variants import Accepted, Rejected, Resolution, require, resolve
@@ -456,7 +456,7 @@ def _tree(state: RepoState, remote: Remote, commit: str) -> dict[str, TreeEntry]
 
 def _variant_names(state: RepoState, commit: str, tree: dict[str, TreeEntry] | None) -> list[str]:
     if tree is not None:
-        return sorted({p.split("/")[1] for p in tree if p.count("/") >= 2})
+        return sorted({v for p in tree if (v := hub_variant_of(p))})
     names = state.local_variants(commit)
     if not names and (state.root / "builds" / commit).is_dir():
         return []  # nothing downloaded, but built here from source (see `source`)

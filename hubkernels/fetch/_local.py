@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import digest as _digest
 from .. import settings
-from ..layout import shipped_files
+from ..layout import METADATA, build_dir, shipped_files, variant_dir
 from ..load import Verified
 
 #: Compiled code is kept per interpreter: its cache tag and bytecode magic number.
@@ -158,12 +158,12 @@ class RepoState:
 
     def variant_dir(self, commit: str, variant: str) -> Path:
         """`<cache>/kernels--org--name/snapshots/<commit>/build/<variant>` (huggingface_hub's layout)."""
-        return self.repo_dir / "snapshots" / commit / "build" / variant
+        return variant_dir(self.repo_dir / "snapshots" / commit, variant)
 
     def local_variants(self, commit: str) -> list[str]:
         """Variants of `commit` present in the cache (what an offline load can choose from without a listing)."""
-        build = self.repo_dir / "snapshots" / commit / "build"
-        return sorted(p.name for p in build.iterdir() if (p / "metadata.json").is_file()) if build.is_dir() else []
+        build = build_dir(self.repo_dir / "snapshots" / commit)
+        return sorted(p.name for p in build.iterdir() if (p / METADATA).is_file()) if build.is_dir() else []
 
     # -- refs: version -> commit ----------------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ from pathlib import Path
 from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, VariantNotFoundError
+from ..layout import SOURCE_DIR
 from ..metadata import Metadata
-from ..publish import SOURCE_DIR
 from ..variants import Resolution, resolve
 from ._hub import KernelNotFoundError, Remote
 from ._local import RepoState
