@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import platform as _stdlib_platform
 import subprocess
 import time
@@ -36,6 +37,8 @@ DEFAULT_TORCH = ("2.12", "2.13", "2.14", "2.15")
 DEFAULT_CUDA = ("12.6", "13.0", "13.2")
 
 Say = Callable[[str], None]
+#: Where progress goes unless the caller passes `say` (the CLI prints it).
+_log: Say = logging.getLogger("hubkernels.builder.matrix").info
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def plan(
 
 
 def run_matrix(
-    path: str | Path, jobs: Sequence[Job], *, say: Say = print, jobs_per_build: int | None = None
+    path: str | Path, jobs: Sequence[Job], *, say: Say = _log, jobs_per_build: int | None = None
 ) -> list[Outcome]:
     """Build every job into `<path>/build/<variant>/`; never stops at a failure."""
     config = load_config(path)

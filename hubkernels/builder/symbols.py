@@ -5,7 +5,7 @@ dynamic symbols: C symbols and C++ standard-library symbols (the ones a torch li
 of libstdc++), never torch's own C++ API. Tables for every torch the package index serves from the first
 stable-ABI release on ship in `torch_symbols/`, extracted from the published wheels by
 
-    python -m hubkernels.builder.symbols torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl ...
+    python scripts/torch_symbols.py torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl ...
 
 so a build on a machine with one torch checks against all of them without downloading gigabytes. A build against
 the installed torch (full ABI) reads that torch's own libraries, every export included.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ __all__ = [
     "installed_table",
     "extract_wheel",
     "write_link_stubs",
+    "write_table",
     "stable_link_stubs",
     "TABLE_DIR",
     "TORCH_LIBRARIES",
@@ -283,21 +283,10 @@ def stable_link_stubs(work: Path, target: tuple[int, int], backend: str) -> Path
     return write_link_stubs(dest, floor, libraries)
 
 
-def main(argv: list[str]) -> int:
-    """Extract the table of each torch wheel named into torch_symbols/ (a maintainer's command)."""
-    if not argv:
-        print("usage: python -m hubkernels.builder.symbols TORCH_WHEEL...", file=sys.stderr)
-        return 2
-    TABLE_DIR.mkdir(exist_ok=True)
-    for wheel in argv:
-        table = extract_wheel(wheel)
-        out = TABLE_DIR / f"torch-{table.version}.json.gz"
-        with gzip.GzipFile(out, "wb", mtime=0) as f:
-            f.write(json.dumps(table.to_json(), separators=(",", ":")).encode())
-        n = sum(len(lib.exports) for lib in table.libraries.values())
-        print(f"{out.name}: {table.label}, {len(table.libraries)} libraries, {n} exports")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+def write_table(table: TorchTable, out_dir: Path = TABLE_DIR) -> Path:
+    """Write `table` as `torch-<version>.json.gz` into `out_dir` (by default the tables that ship), byte-stable."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"torch-{table.version}.json.gz"
+    with gzip.GzipFile(out, "wb", mtime=0) as f:
+        f.write(json.dumps(table.to_json(), separators=(",", ":")).encode())
+    return out
