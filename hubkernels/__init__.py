@@ -65,6 +65,7 @@ _EXPORTS = {
         )
     },
     "KernelDependencyError": "hubkernels.kernel_deps",
+    "ElfError": "hubkernels.elf",
     "CompileError": "hubkernels.builder",
     "ScaffoldError": "hubkernels.scaffold",
     "ToolchainError": "hubkernels.builder",

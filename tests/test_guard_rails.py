@@ -21,6 +21,7 @@ FOUNDATION = {
     "system",
     "metadata",
     "digest",
+    "elf",
     "errors",
     "_version",
     "layout",

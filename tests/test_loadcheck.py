@@ -18,7 +18,8 @@ import pytest
 
 from hubkernels.builder import build
 from hubkernels.builder.loadcheck import admitted_tables, check_module, load_problems, variant_load_problems
-from hubkernels.builder.symbols import TABLE_DIR, read_elf, shipped_tables, write_link_stubs, write_table
+from hubkernels.builder.symbols import TABLE_DIR, shipped_tables, write_link_stubs, write_table
+from hubkernels.elf import read_elf
 from hubkernels.errors import BuildError
 from hubkernels.system import Variant
 
