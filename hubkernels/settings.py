@@ -73,6 +73,13 @@ def toolchain_dir() -> Path:
     return Path(base) / "hubkernels" / "toolchains"
 
 
+def cuda_home() -> Path | None:
+    """`CUDA_HOME`: the CUDA toolkit a build compiles with, as set (torch's cpp_extension reads it too); None
+    when unset."""
+    value = os.environ.get("CUDA_HOME", "").strip()
+    return Path(value) if value else None
+
+
 def cuda_arch() -> str | None:
     """HUBKERNELS_CUDA_ARCH (e.g. `9.0`): the GPU arch the loader assumes when it picks a per-arch slice, instead
     of asking torch (so a CPU machine can rehearse a GPU's download); None when unset."""

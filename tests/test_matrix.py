@@ -90,6 +90,19 @@ def test_cuda_12_from_the_index_is_reported_unavailable_with_what_to_do(
         cuda_home("12.6")
 
 
+def test_a_local_toolkit_that_cuda_home_names_is_used_for_its_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """CUDA 12 has no nvcc on the package index, but a toolkit of that version at CUDA_HOME builds it."""
+    home = tmp_path / "cuda-12.4"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("HUBKERNELS_TOOLCHAINS", str(tmp_path / "toolchains"))
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    assert cuda_home("12.4") == home
+    assert not (tmp_path / "toolchains").exists()  # nothing downloaded
+
+
 def test_the_table_lists_every_variant_with_its_status_time_and_size():
     from hubkernels.builder.matrix import Job, Outcome
 

@@ -243,7 +243,7 @@ def _no_release(what: str) -> Callable[[str], str | None]:
 
 def _local_toolkit(version: str) -> Path | None:
     """A local CUDA toolkit whose nvcc reports `version` (CUDA_HOME, /usr/local/cuda-<v>, /usr/local/cuda)."""
-    for candidate in (os.environ.get("CUDA_HOME"), f"/usr/local/cuda-{version}", "/usr/local/cuda"):
+    for candidate in (settings.cuda_home(), f"/usr/local/cuda-{version}", "/usr/local/cuda"):
         if not candidate:
             continue
         nvcc = Path(candidate) / "bin" / "nvcc"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from .. import settings
 from ..builder import BuildResult, build
 from ..config import BuildConfig
 from ..errors import HubkernelsError
@@ -76,7 +77,7 @@ def _cannot_build(config: BuildConfig, backend: str) -> str | None:
                 + (f"the nvcc at {nvcc}" if nvcc else "the CUDA toolkit (nvcc)")
                 + " and run verify again"
             )
-        if shutil.which("nvcc") is None and not os.environ.get("CUDA_HOME"):
+        if shutil.which("nvcc") is None and settings.cuda_home() is None:
             return (
                 "no CUDA toolkit (nvcc not on PATH, CUDA_HOME unset): install it (no GPU needed to compile) "
                 "and run verify again"
