@@ -149,8 +149,6 @@ def upload(
 
     `repo_id` defaults to `[general.hub] repo-id` of build.toml. Returns what was committed and tagged.
     """
-    from huggingface_hub import RepoFile
-    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     from .hub import api as make_api
 
@@ -172,16 +170,7 @@ def upload(
     if new_branch:
         api.create_branch(repo_id, branch=branch, revision="main", repo_type="kernel", exist_ok=True)
         branches[branch] = branches["main"]
-    try:
-        remote = [
-            f.path
-            for f in api.list_repo_tree(
-                repo_id, path_in_repo=BUILD_DIR, recursive=True, revision=branch, repo_type="kernel"
-            )
-            if isinstance(f, RepoFile)
-        ]
-    except (EntryNotFoundError, RevisionNotFoundError):
-        remote = []
+    remote = _remote_files(api, repo_id, branch, BUILD_DIR)
     source_ops = _source_ops(api, repo_id, branch, config) if source else []
     wheels_tmp = tempfile.TemporaryDirectory(prefix="hubkernels-wheels-")
     try:
@@ -348,21 +337,23 @@ def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelV
     return found
 
 
-def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]
-    """{path: None} of the wheels on `branch`, and {path: bytes} of its variants index (read to merge into)."""
-    from huggingface_hub import RepoFile, hf_hub_download
+def _remote_files(api, repo_id: str, branch: str, directory: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Repo paths of every file under `directory` on `branch` (none when the directory or branch is missing)."""
+    from huggingface_hub import RepoFile
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     try:
-        paths = [
-            f.path
-            for f in api.list_repo_tree(
-                repo_id, path_in_repo=WHEELS_DIR, recursive=True, revision=branch, repo_type="kernel"
-            )
-            if isinstance(f, RepoFile)
-        ]
+        tree = api.list_repo_tree(repo_id, path_in_repo=directory, recursive=True, revision=branch, repo_type="kernel")
+        return [f.path for f in tree if isinstance(f, RepoFile)]
     except (EntryNotFoundError, RevisionNotFoundError):
-        return {}
+        return []
+
+
+def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]
+    """{path: None} of the wheels on `branch`, and {path: bytes} of its variants index (read to merge into)."""
+    from huggingface_hub import hf_hub_download
+
+    paths = _remote_files(api, repo_id, branch, WHEELS_DIR)
     out: dict[str, bytes | None] = {}
     for path in paths:
         out[path] = (
@@ -424,20 +415,10 @@ def source_files(config: BuildConfig) -> dict[str, Path]:
 
 def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:  # type: ignore[no-untyped-def]
     """Operations that make `source/` on `branch` exactly the kernel's source files (see fetch.source)."""
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, RepoFile
-    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
     local = {hub_source_file(rel): p for rel, p in source_files(config).items()}
-    try:
-        remote = [
-            f.path
-            for f in api.list_repo_tree(
-                repo_id, path_in_repo=SOURCE_DIR, recursive=True, revision=branch, repo_type="kernel"
-            )
-            if isinstance(f, RepoFile)
-        ]
-    except (EntryNotFoundError, RevisionNotFoundError):
-        remote = []
+    remote = _remote_files(api, repo_id, branch, SOURCE_DIR)
     return [CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)) for target, p in local.items()] + [
         CommitOperationDelete(path_in_repo=r) for r in remote if r not in local
     ]
