@@ -196,3 +196,27 @@ def test_code_written_for_the_old_module_paths_still_runs_and_is_told_the_new_on
         ("hubkernels.wheel", "hubkernels.builder.wheel"),
     ]:
         assert f"DeprecationWarning: {old} moved to {new}: import that instead" in out.stderr
+
+
+def test_progress_goes_to_say_or_the_log_and_quiet_silences_it(mini_build, caplog) -> None:
+    lines: list[str] = []
+    assert build(MINI, say=lines.append).up_to_date
+    assert lines == [f"{mini_build.variant}: up to date ({mini_build.path})"]
+    with caplog.at_level("INFO", logger="hubkernels.builder"):
+        build(MINI)
+    assert [r.getMessage() for r in caplog.records if r.name == "hubkernels.builder"] == lines
+    caplog.clear()
+    with caplog.at_level("INFO", logger="hubkernels.builder"):
+        build(MINI, quiet=True, say=lines.append)
+    assert not caplog.records and len(lines) == 1
+
+
+def test_the_loader_reaching_for_slices_does_not_import_the_compiler() -> None:
+    code = (
+        "import sys, hubkernels.builder.slice\n"
+        "heavy = [m for m in ('hubkernels.builder.kernel', 'hubkernels.builder.compile', 'hubkernels.config') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
