@@ -14,7 +14,7 @@ from ._version import __version__
 
 # Public API, imported lazily so `import hubkernels` stays cheap (torch is only imported when needed).
 _EXPORTS = {
-    "build_kernel": "hubkernels.build",
+    "build_kernel": "hubkernels.builder",
     "load_config": "hubkernels.config",
     "ConfigError": "hubkernels.config",
     "get_local_kernel": "hubkernels.fetch",
@@ -65,16 +65,17 @@ _EXPORTS = {
         )
     },
     "KernelDependencyError": "hubkernels.fetch",
-    "CompileError": "hubkernels.build",
+    "ElfError": "hubkernels.elf",
+    "CompileError": "hubkernels.builder",
     "ScaffoldError": "hubkernels.author.scaffold",
-    "ToolchainError": "hubkernels.toolchain",
-    "ToolchainUnavailable": "hubkernels.toolchain",
+    "ToolchainError": "hubkernels.builder",
+    "ToolchainUnavailable": "hubkernels.builder",
     "TokenError": "hubkernels.server.auth",
     "ServeError": "hubkernels.server.background",
     "ServeExtraMissing": "hubkernels.server",
     "XetFormatError": "hubkernels.server.xet.format",
     "PublishError": "hubkernels.publish",
-    "SliceError": "hubkernels.slice",
+    "SliceError": "hubkernels.builder",
     "LockFileError": "hubkernels.fetch",
     "OpNamespaceError": "hubkernels.fetch",
     "KernelNotFoundError": "hubkernels.fetch",
@@ -99,6 +100,12 @@ _MOVED = {
     "hubkernels.kernel_deps": "hubkernels.fetch.kernel_deps",
     "hubkernels.fetch.locked": "hubkernels.fetch",
     "hubkernels.layers.globals": "hubkernels.layers.mapping",
+    "hubkernels.build": "hubkernels.builder",
+    "hubkernels.build.toolchain": "hubkernels.builder.machine",
+    "hubkernels.matrix": "hubkernels.builder.matrix",
+    "hubkernels.toolchain": "hubkernels.builder.toolchain",
+    "hubkernels.wheel": "hubkernels.builder.wheel",
+    "hubkernels.slice": "hubkernels.builder.slice",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -148,7 +155,7 @@ if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .build import build as build_kernel
+    from .builder import build as build_kernel
     from .config import ConfigError, load_config
     from .fetch import (
         get_kernel,

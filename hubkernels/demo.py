@@ -107,7 +107,7 @@ def run_demo(
 
     import torch
 
-    from .build import build
+    from .builder import build
     from .server import BackgroundHub
 
     report = DemoReport()

@@ -1,5 +1,7 @@
-"""Where kernels live, one rule each: the files a build variant ships, the `build/<variant>/` directories of a
-kernel root, the Hub's `org/name` repo ids, and how a file is put in place (`write_atomic`).
+"""Where kernels live, one rule each, and the only module that spells these paths: the files a build variant
+ships, the `build/<variant>/` directories of a kernel root (and of a Hub version branch), `wheels/<variant>/` and
+`source/` on the branch, a kernel's `torch-ext/`, the Hub's `org/name` repo ids, and how a file is put in place
+(`write_atomic`).
 
 A variant directory holds a `metadata.json`; it ships every file in it except bytecode caches (`__pycache__/`,
 `*.pyc`), whether it is built, uploaded, digested, packed as a wheel, downloaded or verified.
@@ -15,8 +17,14 @@ from typing import TypeGuard
 
 from .errors import UsageError, VariantNotFoundError
 
-#: The directory of a kernel root that holds one directory per build variant.
+#: The directory of a kernel root (and of a Hub version branch) that holds one directory per build variant.
 BUILD_DIR = "build"
+#: Where a version branch keeps its variant wheels (`<dist>-<version>-<tag>-<label>.whl`) and their variants index.
+WHEELS_DIR = "wheels"
+#: Where a version branch keeps the kernel's source: build.toml and the files it names (`hubkernels.fetch.source`).
+SOURCE_DIR = "source"
+#: The directory of a kernel root that holds its Python package when build.toml names no binding source.
+TORCH_EXT_DIR = "torch-ext"
 #: The file that makes a directory a variant (kernel-builder's metadata, with the digest).
 METADATA = "metadata.json"
 
@@ -45,6 +53,11 @@ def shipped_files(variant_dir: str | Path) -> list[tuple[str, Path]]:
                 else:
                     found.append((rel, path))
     return sorted(found, key=lambda item: item[1])
+
+
+def build_dir(root: str | Path) -> Path:
+    """`<root>/build`: the variants of the kernel at `root` (or of a downloaded snapshot), one directory each."""
+    return Path(root) / BUILD_DIR
 
 
 def write_atomic(
@@ -80,8 +93,59 @@ def write_atomic(
 
 
 def variant_dir(root: str | Path, variant: object) -> Path:
-    """`<root>/build/<variant>`: where `hubkernels build` writes a variant of the kernel at `root`."""
-    return Path(root) / BUILD_DIR / str(variant)
+    """`<root>/build/<variant>`: where `hubkernels build` writes a variant of the kernel at `root` (and where a
+    snapshot of a Hub version branch holds it)."""
+    return build_dir(root) / str(variant)
+
+
+def torch_ext_dir(root: str | Path) -> Path:
+    """`<root>/torch-ext`: where a kernel keeps its Python package when build.toml names no binding source."""
+    return Path(root) / TORCH_EXT_DIR
+
+
+def source_dir(root: str | Path) -> Path:
+    """`<root>/source`: the kernel's published source in a snapshot of a Hub version branch."""
+    return Path(root) / SOURCE_DIR
+
+
+# -- paths in a Hub kernel repo (posix, relative to the repo root) ----------------------------------------------
+
+
+def hub_variant_path(variant: object) -> str:
+    """`build/<variant>`: the directory of a variant on a version branch."""
+    return f"{BUILD_DIR}/{variant}"
+
+
+def hub_variant_file(variant: object, rel: str) -> str:
+    """`build/<variant>/<rel>`: a file of a variant on a version branch (`rel` posix, relative to the variant)."""
+    return f"{hub_variant_path(variant)}/{rel}"
+
+
+def hub_wheel_dir(variant: object) -> str:
+    """`wheels/<variant>`: where a version branch keeps a variant's wheel and its per-arch slices."""
+    return f"{WHEELS_DIR}/{variant}"
+
+
+def hub_wheel_file(variant: object, wheel_name: str) -> str:
+    """`wheels/<variant>/<wheel_name>`: one artifact of a variant on a version branch."""
+    return f"{hub_wheel_dir(variant)}/{wheel_name}"
+
+
+def hub_source_file(rel: str) -> str:
+    """`source/<rel>`: a source file on a version branch (`rel` posix, relative to the kernel root)."""
+    return f"{SOURCE_DIR}/{rel}"
+
+
+def hub_variant_of(path: str) -> str | None:
+    """The variant a repo path belongs to (`build/<variant>/...` or `wheels/<variant>/...`), None for any other path
+    (the card, `source/`, the variants index beside the wheel directories)."""
+    parts = path.split("/")
+    return parts[1] if len(parts) >= 3 and parts[0] in (BUILD_DIR, WHEELS_DIR) and parts[1] else None
+
+
+def hub_under(path: str, directory: str) -> bool:
+    """Whether repo path `path` lies under `directory` (`build`, `wheels/<variant>`, ...)."""
+    return path.startswith(directory.rstrip("/") + "/")
 
 
 def variant_dirs(path: str | Path) -> tuple[Path, dict[str, Path]]:
@@ -144,10 +208,6 @@ def check_repo_id(repo_id: object) -> str:
     return repo_id  # type: ignore[return-value]
 
 
-#: Where a version branch keeps its variant wheels (`<dist>-<version>-<tag>-<label>.whl`) and their variants index.
-WHEELS_DIR = "wheels"
-
-
 def wheel_label(name: str) -> str | None:
     """The PEP 825 variant label of a wheel file name (`...-manylinux_2_28_x86_64-cu130.whl` -> `cu130`), None for a
     wheel without one."""
@@ -164,3 +224,8 @@ def plain_name(name: str) -> str:
 def variants_index_name(dist: str, version: int | str) -> str:
     """`<dist>-<version>-variants.json`: PEP 825's file describing every variant wheel of one version."""
     return f"{dist}-{version}-variants.json"
+
+
+def hub_variants_index(dist: str, version: int | str) -> str:
+    """`wheels/<dist>-<version>-variants.json`: the variants index of a version branch."""
+    return f"{WHEELS_DIR}/{variants_index_name(dist, version)}"

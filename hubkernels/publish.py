@@ -1,4 +1,4 @@
-"""Publish built variants to a Hub kernel repo: `hubkernels upload [PATH] --repo-id ORG/NAME`.
+"""Publish built variants to a Hub kernel repo: `upload()`, which `hubkernels upload` (`hubkernels.cli.upload`) runs.
 
 Layout on the Hub (kernel-builder's): the variants go to branch `v<version>` under `build/<variant>/`; `main` holds
 the model card (README.md) generated from metadata.json and the package's `__all__`. Each upload replaces the files
@@ -9,10 +9,10 @@ variant fits can build that commit (`get_kernel(..., build=True)`). Every upload
 commit and so reuses the tag).
 
 Each variant also goes to `wheels/<variant>/` on the branch as one artifact, in the same commit as its Hub-layout
-files: its PEP 825 variant wheel (`hubkernels.wheel`; a wheel without label for a variant PEP 825 cannot describe),
-beside `wheels/<dist>-<version>-variants.json`, the index of every variant wheel on the branch. `hubkernels serve`
-lists the labelled wheels as a package index; `get_kernel` downloads the one of the variant it chose instead of
-its files one by one (`hubkernels.fetch.artifact`).
+files: its PEP 825 variant wheel (`hubkernels.builder.wheel`; a wheel without label for a variant PEP 825 cannot
+describe), beside `wheels/<dist>-<version>-variants.json`, the index of every variant wheel on the branch.
+`hubkernels serve` lists the labelled wheels as a package index; `get_kernel` downloads the one of the variant it
+chose instead of its files one by one (`hubkernels.fetch.artifact`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .builder.slice import slice_variant
+from .builder.wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 from .config import BuildConfig, load_config
 from .digest import violations
 from .errors import HubkernelsError, UsageError
-from .layout import WHEELS_DIR, shipped_files, variant_dirs, variants_index_name
+from .layout import (
+    BUILD_DIR,
+    SOURCE_DIR,
+    WHEELS_DIR,
+    hub_source_file,
+    hub_under,
+    hub_variant_file,
+    hub_variant_of,
+    hub_variant_path,
+    hub_variants_index,
+    hub_wheel_dir,
+    hub_wheel_file,
+    shipped_files,
+    variant_dirs,
+)
 from .metadata import Metadata
-from .slice import slice_variant
 from .system import Variant
-from .wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 
 logger = logging.getLogger("hubkernels.publish")
 
@@ -43,8 +57,6 @@ MIN_HUB_CLIENT = (2, 3)
 #: The Hub rejects commits with more operations than this; bigger uploads are split into several commits.
 MAX_OPERATIONS_PER_COMMIT = 1000
 
-#: Where the kernel's source goes on the version branch (see `source_files`; `hubkernels.fetch.source` builds it).
-SOURCE_DIR = "source"
 _HEADERS = {".h", ".hh", ".hpp", ".hxx", ".cuh", ".inc", ".inl", ".ipp"}
 
 #: License ids the Hub's card metadata knows, by lowercase SPDX id (others are written as `other`).
@@ -137,8 +149,6 @@ def upload(
 
     `repo_id` defaults to `[general.hub] repo-id` of build.toml. Returns what was committed and tagged.
     """
-    from huggingface_hub import RepoFile
-    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     from .hub import api as make_api
 
@@ -160,16 +170,7 @@ def upload(
     if new_branch:
         api.create_branch(repo_id, branch=branch, revision="main", repo_type="kernel", exist_ok=True)
         branches[branch] = branches["main"]
-    try:
-        remote = [
-            f.path
-            for f in api.list_repo_tree(
-                repo_id, path_in_repo="build", recursive=True, revision=branch, repo_type="kernel"
-            )
-            if isinstance(f, RepoFile)
-        ]
-    except (EntryNotFoundError, RevisionNotFoundError):
-        remote = []
+    remote = _remote_files(api, repo_id, branch, BUILD_DIR)
     source_ops = _source_ops(api, repo_id, branch, config) if source else []
     wheels_tmp = tempfile.TemporaryDirectory(prefix="hubkernels-wheels-")
     try:
@@ -224,33 +225,33 @@ def _commit_upload(
         leave=False,
     ) as bar:
         for name, vdir in built.items():
-            local = {f"build/{name}/{p.relative_to(vdir).as_posix()}": p for p in _shipped_files(vdir)}
+            local = {hub_variant_file(name, rel): p for rel, p in shipped_files(vdir)}
             ops: list = []
             for target, p in local.items():
                 ops.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)))
                 bar.update(1)
-            stale = [r for r in remote if r.startswith(f"build/{name}/") and r not in local]
+            stale = [r for r in remote if hub_under(r, hub_variant_path(name)) and r not in local]
             ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
             deleted += stale
             targets = []
             for wheel, wv in _artifacts(vdir, metas[name], wheel_dir / name):
-                targets.append(f"{WHEELS_DIR}/{name}/{wheel.name}")
+                targets.append(hub_wheel_file(name, wheel.name))
                 ops.append(CommitOperationAdd(path_in_repo=targets[-1], path_or_fileobj=str(wheel)))
                 if wv is not None:
                     wheel_variants[wheel.name] = wv
             if not new_branch:  # (on a new branch every remote wheel goes, below)
-                stale = [r for r in remote_wheels if r.startswith(f"{WHEELS_DIR}/{name}/") and r not in targets]
+                stale = [r for r in remote_wheels if hub_under(r, hub_wheel_dir(name)) and r not in targets]
                 ops += [CommitOperationDelete(path_in_repo=r) for r in stale]
                 deleted += stale
             groups.append(ops)
     groups.append(source_ops)
     if new_branch:  # a fresh branch forked from main keeps no build (or wheel) of another version
-        orphans = [r for r in remote if r.split("/")[1] not in built] + list(remote_wheels)
+        orphans = [r for r in remote if hub_variant_of(r) not in built] + list(remote_wheels)
         groups.append([CommitOperationDelete(path_in_repo=r) for r in orphans])
         deleted += orphans
     if wheel_variants:
         index = _variants_index({} if new_branch else remote_wheels, wheel_variants)
-        index_path = f"{WHEELS_DIR}/{variants_index_name(config.python_name, config.general.version)}"
+        index_path = hub_variants_index(config.python_name, config.general.version)
         groups.append([CommitOperationAdd(path_in_repo=index_path, path_or_fileobj=index)])
     head = branches[branch]
     start = head
@@ -283,7 +284,7 @@ def _commit_upload(
             tag_message=f"{config.name} v{config.general.version}: {', '.join(built)}",
         )
     gone = set(deleted)
-    on_branch = {r.split("/")[1] for r in remote if r.count("/") >= 2 and r not in gone} | set(built)
+    on_branch = {v for r in remote if r not in gone and (v := hub_variant_of(r))} | set(built)
     card = render_card(config, repo_id, {**{n: None for n in sorted(on_branch)}, **metas})
     api.create_commit(
         repo_id,
@@ -336,21 +337,23 @@ def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelV
     return found
 
 
-def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]
-    """{path: None} of the wheels on `branch`, and {path: bytes} of its variants index (read to merge into)."""
-    from huggingface_hub import RepoFile, hf_hub_download
+def _remote_files(api, repo_id: str, branch: str, directory: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Repo paths of every file under `directory` on `branch` (none when the directory or branch is missing)."""
+    from huggingface_hub import RepoFile
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     try:
-        paths = [
-            f.path
-            for f in api.list_repo_tree(
-                repo_id, path_in_repo=WHEELS_DIR, recursive=True, revision=branch, repo_type="kernel"
-            )
-            if isinstance(f, RepoFile)
-        ]
+        tree = api.list_repo_tree(repo_id, path_in_repo=directory, recursive=True, revision=branch, repo_type="kernel")
+        return [f.path for f in tree if isinstance(f, RepoFile)]
     except (EntryNotFoundError, RevisionNotFoundError):
-        return {}
+        return []
+
+
+def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]
+    """{path: None} of the wheels on `branch`, and {path: bytes} of its variants index (read to merge into)."""
+    from huggingface_hub import hf_hub_download
+
+    paths = _remote_files(api, repo_id, branch, WHEELS_DIR)
     out: dict[str, bytes | None] = {}
     for path in paths:
         out[path] = (
@@ -412,20 +415,10 @@ def source_files(config: BuildConfig) -> dict[str, Path]:
 
 def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:  # type: ignore[no-untyped-def]
     """Operations that make `source/` on `branch` exactly the kernel's source files (see fetch.source)."""
-    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, RepoFile
-    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    local = {f"{SOURCE_DIR}/{rel}": p for rel, p in source_files(config).items()}
-    try:
-        remote = [
-            f.path
-            for f in api.list_repo_tree(
-                repo_id, path_in_repo=SOURCE_DIR, recursive=True, revision=branch, repo_type="kernel"
-            )
-            if isinstance(f, RepoFile)
-        ]
-    except (EntryNotFoundError, RevisionNotFoundError):
-        remote = []
+    local = {hub_source_file(rel): p for rel, p in source_files(config).items()}
+    remote = _remote_files(api, repo_id, branch, SOURCE_DIR)
     return [CommitOperationAdd(path_in_repo=target, path_or_fileobj=str(p)) for target, p in local.items()] + [
         CommitOperationDelete(path_in_repo=r) for r in remote if r not in local
     ]
@@ -447,28 +440,29 @@ def _built_variants(path: str | Path, wanted: Sequence[str] | None) -> dict[str,
 def _check_builds(config: BuildConfig, built: dict[str, Path], metas: dict[str, Metadata]) -> None:
     """Refuse stale or damaged builds; warn about dirty ones (they cannot be reproduced from a commit)."""
     for name, meta in metas.items():
+        where = hub_variant_path(name)
         if meta.version != config.general.version or meta.name != config.name:
             raise PublishError(
-                f"build/{name} is {meta.name} v{meta.version}, but {config.file} says {config.name} "
+                f"{where} is {meta.name} v{meta.version}, but {config.file} says {config.name} "
                 f"v{config.general.version}. Rebuild it with `hubkernels build`."
             )
         problems = violations(built[name], meta.digest)
         if problems:
             raise PublishError(
-                f"build/{name} does not match its metadata.json digest ({'; '.join(problems)}). "
+                f"{where} does not match its metadata.json digest ({'; '.join(problems)}). "
                 "Rebuild it with `hubkernels build` before uploading."
             )
-        from .build.loadcheck import variant_load_problems
+        from .builder.loadcheck import variant_load_problems
 
         unloadable = variant_load_problems(built[name])
         if unloadable:
             raise PublishError(
-                f"build/{name} would not load where its name says ({'; '.join(unloadable)}). "
+                f"{where} would not load where its name says ({'; '.join(unloadable)}). "
                 "Fix it and rebuild before uploading."
             )
         if meta.dirty:
             warnings.warn(
-                f"build/{name} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
+                f"{where} ({meta.id}) was built from a git tree with uncommitted changes, so nobody "
                 "can rebuild it from a commit. Commit, rebuild and upload again for a reproducible release.",
                 UserWarning,
                 stacklevel=3,
@@ -575,54 +569,3 @@ def render_card(config: BuildConfig, repo_id: str, variants: dict[str, Metadata 
         "",
     ]
     return "\n".join(lines)
-
-
-# -- command line ---------------------------------------------------------------------------------------------
-
-
-def register_cli(subparsers) -> None:  # type: ignore[no-untyped-def]
-    """Add `hubkernels upload`."""
-    p = subparsers.add_parser("upload", help="publish built variants to a Hub kernel repo (branch v<version>)")
-    p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml and build/)")
-    p.add_argument("--repo-id", help="ORG/NAME (default: [general.hub] repo-id)")
-    p.add_argument("--variant", action="append", dest="variants", help="upload only this variant (repeatable)")
-    p.add_argument("--private", action="store_true", help="create the repo private")
-    p.add_argument("--no-tag", dest="create_tag", action="store_false", help="do not tag the upload")
-    p.add_argument(
-        "--no-source",
-        dest="source",
-        action="store_false",
-        help="do not publish the source under source/ (machines no variant fits cannot build it)",
-    )
-    p.set_defaults(func=_cmd_upload)
-
-
-def load_hint(repo_id: str, version: int) -> str:
-    """The get_kernel call that loads this upload as printed: with trust_remote_code naming the org unless
-    HUBKERNELS_TRUSTED_ORGS trusts it here (a Hub-flagged trusted publisher loads either way)."""
-    from . import settings
-
-    org = repo_id.split("/", 1)[0]
-    trust = "" if org in settings.trusted_orgs() else f", trust_remote_code=[{org!r}]"
-    return f'hubkernels.get_kernel("{repo_id}", version={version}{trust})'
-
-
-def _cmd_upload(args) -> int:  # type: ignore[no-untyped-def]
-    result = upload(
-        args.path,
-        repo_id=args.repo_id,
-        variants=args.variants,
-        private=args.private,
-        create_tag=args.create_tag,
-        source=args.source,
-    )
-    state = "uploaded" if result.changed else "unchanged (already published)"
-    print(f"{result.repo_id}@{result.branch}: {state} {', '.join(result.variants)}")
-    print(f"  commit {result.commit}" + (f", tag {result.tag}" if result.tag else ""))
-    if result.wheels:
-        print(f"  {len(result.wheels)} wheel(s) under wheels/ (pip install --index-url <hub>/simple ...)")
-    if result.deleted:
-        print(f"  deleted {len(result.deleted)} stale file(s)")
-    print(f"  load it: {load_hint(result.repo_id, result.version)}")
-    print(f"  {result.url}")
-    return 0

@@ -73,6 +73,13 @@ def toolchain_dir() -> Path:
     return Path(base) / "hubkernels" / "toolchains"
 
 
+def cuda_home() -> Path | None:
+    """`CUDA_HOME`: the CUDA toolkit a build compiles with, as set (torch's cpp_extension reads it too); None
+    when unset."""
+    value = os.environ.get("CUDA_HOME", "").strip()
+    return Path(value) if value else None
+
+
 def cuda_arch() -> str | None:
     """HUBKERNELS_CUDA_ARCH (e.g. `9.0`): the GPU arch the loader assumes when it picks a per-arch slice, instead
     of asking torch (so a CPU machine can rehearse a GPU's download); None when unset."""
@@ -85,11 +92,6 @@ def backend() -> str | None:
     if value not in ("", "cpu"):
         raise ValueError(f"HUBKERNELS_BACKEND={value!r}: only 'cpu' can be forced; unset it to detect the backend")
     return value or None
-
-
-def cuda_home() -> str | None:
-    """`CUDA_HOME`: the CUDA toolkit's root (nvcc on PATH is the other way to find one); None when unset."""
-    return os.environ.get("CUDA_HOME", "").strip() or None
 
 
 def aten_cpu_capability() -> str:

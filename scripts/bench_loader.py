@@ -121,7 +121,7 @@ def run(path: Path, runs: int, work: Path, *, rebuild: bool = True) -> dict[str,
     )
     for name in ("HF_HUB_OFFLINE", "LOCAL_KERNELS", "HUBKERNELS_CACHE", "KERNELS_CACHE", "HUBKERNELS_VERSION_TTL"):
         os.environ.pop(name, None)
-    from hubkernels.build import build
+    from hubkernels.builder import build
     from hubkernels.config import load_config
     from hubkernels.fetch import resolve_local
     from hubkernels.publish import upload

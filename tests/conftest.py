@@ -60,7 +60,7 @@ def session_tmp() -> Path:
 def ltx_build():
     """The ltx-kernels variant for this machine, built from this checkout (incremental across runs); with
     HUBKERNELS_TEST_PUBLISHED_BUILD=1, the one build/ already holds for this machine (nothing compiled)."""
-    from hubkernels.build import BuildResult, build
+    from hubkernels.builder import BuildResult, build
 
     if os.environ.get("HUBKERNELS_TEST_PUBLISHED_BUILD"):
         from hubkernels.metadata import Metadata

@@ -10,7 +10,7 @@ import textwrap
 import uuid
 from pathlib import Path
 
-from hubkernels.build import build
+from hubkernels.builder import build
 
 ROOT = Path(__file__).resolve().parent.parent
 #: `verify --tolerance` on CI: ours may take up to 4x torch.compile's time there. The 2 shared cores swing a tie
@@ -112,7 +112,7 @@ def deps_kernel(src: str, dest: Path, replace: dict[str, str]) -> Path:
     """A copy of the deps fixture `src` at `dest` with `replace` applied to its text, built for the CPU."""
     import shutil
 
-    from hubkernels.build import build
+    from hubkernels.builder import build
 
     shutil.copytree(DEPS_FIXTURES / src, dest)
     for path in dest.rglob("*"):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hubkernels
-from hubkernels.build import build, unique_id
+from hubkernels.builder import build, unique_id
 from hubkernels.digest import hash_variant, verify_variant, violations
 from hubkernels.errors import BuildError, DigestError
 from hubkernels.fetch.importer import import_variant
@@ -152,7 +152,7 @@ def test_built_module_passes_abi_checks(mini_build) -> None:
 
 
 def test_variant_wheel_installs_and_runs(mini_build, tmp_path: Path) -> None:
-    from hubkernels.wheel import build_wheel, plain_name
+    from hubkernels.builder.wheel import build_wheel, plain_name
 
     labelled = build_wheel(mini_build.path, tmp_path / "dist")
     major, minor = System.current().torch_version
@@ -173,3 +173,50 @@ def test_variant_wheel_installs_and_runs(mini_build, tmp_path: Path) -> None:
         env={**__import__("os").environ, "PYTHONPATH": str(site)},
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_code_written_for_the_old_module_paths_still_runs_and_is_told_the_new_ones() -> None:
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "from hubkernels.build import build\n"
+        "from hubkernels.build.symbols import shipped_tables\n"
+        "from hubkernels.build.toolchain import cuda_home\n"
+        "from hubkernels.wheel import build_wheel\n"
+        "import hubkernels.builder, hubkernels.builder.symbols, hubkernels.builder.machine, hubkernels.builder.wheel\n"
+        "assert build is hubkernels.builder.build and shipped_tables is hubkernels.builder.symbols.shipped_tables\n"
+        "assert cuda_home is hubkernels.builder.machine.cuda_home\n"
+        "assert build_wheel is hubkernels.builder.wheel.build_wheel\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    for old, new in [
+        ("hubkernels.build", "hubkernels.builder"),
+        ("hubkernels.build.symbols", "hubkernels.builder.symbols"),
+        ("hubkernels.build.toolchain", "hubkernels.builder.machine"),
+        ("hubkernels.wheel", "hubkernels.builder.wheel"),
+    ]:
+        assert f"DeprecationWarning: {old} moved to {new}: import that instead" in out.stderr
+
+
+def test_progress_goes_to_say_or_the_log_and_quiet_silences_it(mini_build, caplog) -> None:
+    lines: list[str] = []
+    assert build(MINI, say=lines.append).up_to_date
+    assert lines == [f"{mini_build.variant}: up to date ({mini_build.path})"]
+    with caplog.at_level("INFO", logger="hubkernels.builder"):
+        build(MINI)
+    assert [r.getMessage() for r in caplog.records if r.name == "hubkernels.builder"] == lines
+    caplog.clear()
+    with caplog.at_level("INFO", logger="hubkernels.builder"):
+        build(MINI, quiet=True, say=lines.append)
+    assert not caplog.records and len(lines) == 1
+
+
+def test_the_loader_reaching_for_slices_does_not_import_the_compiler() -> None:
+    code = (
+        "import sys, hubkernels.builder.slice\n"
+        "heavy = [m for m in ('hubkernels.builder.kernel', 'hubkernels.builder.compile', 'hubkernels.config') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import hubkernels
-from hubkernels.build import BuildResult, build
-from hubkernels.build.checks import cutlass_headers
-from hubkernels.build.compile import cuda_kernel_archs, toolkit_archs
-from hubkernels.build.toolchain import cuda_home, nvcc_version
+from hubkernels.builder import BuildResult, build
+from hubkernels.builder.checks import cutlass_headers
+from hubkernels.builder.compile import cuda_kernel_archs, toolkit_archs
+from hubkernels.builder.machine import cuda_home, nvcc_version
 from hubkernels.config import load_config
 from hubkernels.errors import BuildError
 

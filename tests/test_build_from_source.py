@@ -214,7 +214,8 @@ def test_cli_download_builds_with_build_and_otherwise_says_how(hub, tmp_path: Pa
 
 
 _LOAD = """
-    import torch, hubkernels
+    import logging, torch, hubkernels
+    logging.basicConfig(level=logging.INFO)  # the builder's progress lines ("Building ...") on stderr
     k = hubkernels.get_kernel({repo!r}, version=1, build=True)
     print(k.__name__, k.relu(torch.tensor([-1.0, 2.0])).tolist())
 """

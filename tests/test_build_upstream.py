@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 import hubkernels
-from hubkernels.build import BuildResult, build, check_torch_stable_abi
+from hubkernels.builder import BuildResult, build, check_torch_stable_abi
 from hubkernels.metadata import Metadata
 from hubkernels.platform import System
 
@@ -143,7 +143,7 @@ def test_noarch_kernel_builds_every_backend_in_one_run() -> None:
 
 def _cuda_python() -> str | None:
     """An interpreter whose torch is a CUDA build, with nvcc on PATH: this one, or HUBKERNELS_TEST_CUDA_PYTHON."""
-    from hubkernels.build.toolchain import cuda_home
+    from hubkernels.builder.machine import cuda_home
 
     if torch.version.cuda and cuda_home() is not None:
         return sys.executable
@@ -188,7 +188,7 @@ def test_cuda_sources_compile_without_a_gpu(name: str, variant: str) -> None:
 def test_stable_abi_wheel_requires_torch_at_least_its_target(tmp_path: Path) -> None:
     import zipfile
 
-    from hubkernels.wheel import build_wheel
+    from hubkernels.builder.wheel import build_wheel
 
     whl = build_wheel(built("relu-torch-stable-abi").path, tmp_path)
     assert whl.name == "relu_torch_stable_abi-1-cp310-abi3-manylinux_2_28_x86_64-null.whl"

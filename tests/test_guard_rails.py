@@ -21,9 +21,9 @@ FOUNDATION = {
     "system",
     "metadata",
     "digest",
+    "elf",
     "errors",
     "_version",
-    "_setup_ext",
     "layout",
     "hub",
 }

@@ -170,7 +170,7 @@ def test_project_page_lists_hashes_requires_python_and_the_variants_index(hub, p
 
 def _secret_kernel(root: Path, repo_id: str) -> Path:
     """A one-file noarch kernel whose package (`secret_act`) no other test publishes, built for the CPU."""
-    from hubkernels.build import build
+    from hubkernels.builder import build
 
     (root / "torch-ext" / "secret_act").mkdir(parents=True)
     (root / "build.toml").write_text(

@@ -240,7 +240,7 @@ def test_both_tools_lock_the_kernels_a_kernel_depends_on_alike(tiny_repo, tmp_pa
     from helpers import make_kernel, new_repo
 
     from hubkernels import cli
-    from hubkernels.build import build
+    from hubkernels.builder import build
 
     dep_id, dep_commit = tiny_repo
     root = make_kernel(tmp_path / "user", value=8)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from hubkernels.build import build
-from hubkernels.build.loadcheck import admitted_tables, check_module, load_problems, variant_load_problems
-from hubkernels.build.symbols import read_elf, shipped_tables, write_link_stubs
+from hubkernels.builder import build
+from hubkernels.builder.loadcheck import admitted_tables, check_module, load_problems, variant_load_problems
+from hubkernels.builder.symbols import TABLE_DIR, shipped_tables, write_link_stubs, write_table
+from hubkernels.elf import read_elf
 from hubkernels.errors import BuildError
 from hubkernels.system import Variant
 
@@ -34,6 +35,13 @@ def test_tables_from_the_published_wheels_cover_every_torch_from_the_stable_abi_
         assert "aoti_torch_get_current_cuda_stream" in t.libraries["libtorch_cuda.so"].exports
         assert "libtorch_cuda.so" not in t.libraries["libtorch_cpu.so"].needed
     assert [t.minor for t in admitted_tables(STABLE_CPU)] == [t.minor for t in tables]
+
+
+def test_the_maintainer_script_writes_a_table_byte_for_byte_as_it_ships(tmp_path):
+    """`scripts/torch_symbols.py` re-extracting a wheel already shipped changes no byte (no spurious diffs)."""
+    for table in shipped_tables():
+        out = write_table(table, tmp_path)
+        assert out.read_bytes() == (TABLE_DIR / out.name).read_bytes(), out.name
 
 
 def test_ltx_kernels_cpu_variant_built_here_loads_on_every_torch_it_admits(ltx_build):

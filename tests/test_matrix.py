@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from hubkernels.build.symbols import shipped_tables
+from hubkernels.builder.matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan, run_matrix
+from hubkernels.builder.symbols import shipped_tables
+from hubkernels.builder.toolchain import ToolchainUnavailable, cuda_home, toolchain
 from hubkernels.config import load_config
-from hubkernels.matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan, run_matrix
-from hubkernels.toolchain import ToolchainUnavailable, cuda_home, toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -71,8 +71,8 @@ def test_a_version_outside_the_bounds_or_malformed_is_a_one_line_usage_error(tmp
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
 def test_a_stable_cuda_variant_takes_the_toolkits_cuda_version_not_the_building_torchs():
-    from hubkernels.build.toolchain import cuda_home as build_cuda_home
-    from hubkernels.build.toolchain import nvcc_version, variant_for
+    from hubkernels.builder.machine import cuda_home as build_cuda_home
+    from hubkernels.builder.machine import nvcc_version, variant_for
     from hubkernels.system import System
 
     nvcc = nvcc_version(build_cuda_home())
@@ -90,8 +90,21 @@ def test_cuda_12_from_the_index_is_reported_unavailable_with_what_to_do(
         cuda_home("12.6")
 
 
+def test_a_local_toolkit_that_cuda_home_names_is_used_for_its_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """CUDA 12 has no nvcc on the package index, but a toolkit of that version at CUDA_HOME builds it."""
+    home = tmp_path / "cuda-12.4"
+    (home / "bin").mkdir(parents=True)
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("HUBKERNELS_TOOLCHAINS", str(tmp_path / "toolchains"))
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    assert cuda_home("12.4") == home
+    assert not (tmp_path / "toolchains").exists()  # nothing downloaded
+
+
 def test_the_table_lists_every_variant_with_its_status_time_and_size():
-    from hubkernels.matrix import Job, Outcome
+    from hubkernels.builder.matrix import Job, Outcome
 
     table = format_table(
         [

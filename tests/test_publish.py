@@ -239,7 +239,7 @@ def test_upload_pushes_the_variant_wheel_and_index_in_the_layout_commit(hub, ltx
 
     from huggingface_hub import hf_hub_download
 
-    from hubkernels.wheel import build_wheel
+    from hubkernels.builder.wheel import build_wheel
 
     repo_id = new_repo()
     root = Path(__file__).resolve().parent.parent

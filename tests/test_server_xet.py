@@ -24,7 +24,7 @@ from helpers import make_kernel
 from hubfixture import TEST_TOKEN
 
 from hubkernels import cli
-from hubkernels.build import build
+from hubkernels.builder import build
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = random.Random(13).randbytes(40 << 20)  # 40 MB of incompressible data: hf_xet stores it as ~600 chunks

@@ -224,7 +224,7 @@ def kernel_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def built(kernel_dir):
-    from hubkernels.build import build
+    from hubkernels.builder import build
 
     return build(kernel_dir, backend="cpu", quiet=True)
 

@@ -17,8 +17,8 @@ import pytest
 from helpers import new_repo, run_python
 
 from hubkernels import digest
+from hubkernels.builder.slice import fatbin_entries, slice_variant
 from hubkernels.metadata import Metadata
-from hubkernels.slice import fatbin_entries, slice_variant
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if Path("/usr/local/bin/nvcc").is_file() else None)
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the CUDA toolkit) to compile a CUDA module")

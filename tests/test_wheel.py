@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from hubkernels import digest
+from hubkernels.builder.wheel import build_wheel, plain_name, variant_json, wheel_label, wheel_variant
 from hubkernels.layout import shipped_files
 from hubkernels.metadata import Metadata
 from hubkernels.system import Variant
-from hubkernels.wheel import build_wheel, plain_name, variant_json, wheel_label, wheel_variant
 
 variantlib = pytest.importorskip("variantlib", reason="the test extra installs variantlib (pip install -e .[test])")
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UsageError
+from ..layout import BUILD_DIR
 from .skill_install import skill_dir
 
 __all__ = ["BACKENDS", "TEMPLATE_OP", "ScaffoldError", "init_kernel"]
@@ -28,7 +29,7 @@ _NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _OP = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 TEMPLATE_OP = "rms_norm"
 _ARTEFACTS = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "_build", "_ops.py", ".pytest_cache")
-_GITIGNORE = "build/\n_build/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
+_GITIGNORE = f"{BUILD_DIR}/\n_build/\n__pycache__/\n*.pyc\n.pytest_cache/\n"
 
 
 class ScaffoldError(UsageError):

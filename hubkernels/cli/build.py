@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 NAME = "build"
@@ -33,14 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     if args.matrix or args.torch or args.cuda:
         return run_matrix(args)
-    from ..build import CompileError, build
+    from ..builder import CompileError, build
 
     try:
-        result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose)
+        result = build(args.path, backend=args.backend, jobs=args.jobs, verbose=args.verbose, say=_say)
     except CompileError as e:  # the compiler's own output, then exit 1 (a bad input or setup exits 2)
         print(f"hubkernels build: error: {e}", file=sys.stderr)
         return 1
@@ -51,8 +50,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def _pack(variant_dir: Path, wheel_dir: str) -> Path:
-    from ..wheel import pack
+    from ..builder.wheel import pack
 
     return pack(variant_dir, wheel_dir)
 
@@ -60,12 +63,10 @@ def _pack(variant_dir: Path, wheel_dir: str) -> Path:
 def run_matrix(args: argparse.Namespace) -> int:
     """`--matrix`, `--torch`, `--cuda`: every variant asked for, each in its own toolchain; a table at the end
     (and with `--wheel`, the variant wheel of each built variant)."""
-    import sys
-
+    from ..builder.matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan
+    from ..builder.matrix import run_matrix as run_jobs
     from ..config import load_config
     from ..layout import variant_dir
-    from ..matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan
-    from ..matrix import run_matrix as run_jobs
 
     jobs = plan(
         load_config(args.path),
@@ -73,9 +74,7 @@ def run_matrix(args: argparse.Namespace) -> int:
         args.cuda or DEFAULT_CUDA,
         [args.backend] if args.backend else None,
     )
-    outcomes = run_jobs(
-        args.path, jobs, say=lambda line: print(line, file=sys.stderr, flush=True), jobs_per_build=args.jobs
-    )
+    outcomes = run_jobs(args.path, jobs, say=_say, jobs_per_build=args.jobs)
     print(format_table(outcomes))
     if args.wheel:
         for o in outcomes:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from hubkernels.errors import HubkernelsError
+from hubkernels.layout import torch_ext_dir
 from hubkernels.system import BACKENDS as _VARIANT_BACKENDS
 
 EDITION = 5
@@ -289,7 +290,7 @@ class BuildConfig:
         src = self.torch.src if self.torch else self.tvm_ffi.src if self.tvm_ffi else ()
         if src:
             return (self.root / src[0]).parent
-        return self.root / "torch-ext"
+        return torch_ext_dir(self.root)
 
     @property
     def package_dir(self) -> Path:

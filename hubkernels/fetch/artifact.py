@@ -24,9 +24,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from .. import settings
+from ..builder.slice import sm_of
 from ..errors import DigestError
-from ..layout import WHEELS_DIR, wheel_label
-from ..slice import sm_of
+from ..layout import BUILD_DIR, METADATA, WHEELS_DIR, hub_under, hub_variant_file, hub_wheel_dir, wheel_label
 from .cache import RepoState, TreeEntry, git_blob_id, read_json, write_json
 from .remote import Remote, call, progress_bar
 
@@ -92,7 +92,7 @@ def artifact_of(tree: dict[str, TreeEntry] | None, variant: str) -> str | None:
     build/ listing, or a variant uploaded without one)."""
     if tree is None:
         return None
-    prefix = f"{WHEELS_DIR}/{variant}/"
+    prefix = hub_wheel_dir(variant) + "/"
     wheels = sorted(p for p in tree if p.startswith(prefix) and p.endswith(".whl") and p.count("/") == 2)
     by_slice: dict[str | None, str] = {}
     for p in wheels:
@@ -132,7 +132,7 @@ def install_artifact(
 
     path = artifact_of(tree, variant)
     if path is None:
-        if any(p.startswith("build/") for p in tree):
+        if any(hub_under(p, BUILD_DIR) for p in tree):
             return False, tree
         build = remote.build_tree(ref.commit)  # a variant uploaded without its artifact: file by file
         state.save_tree(ref.commit, build)
@@ -168,7 +168,7 @@ def install_artifact(
         if fresh or not (vdir / "metadata.json").is_file():
             _unpack(local, vdir, repair)
         raw = _member(local, "metadata.json", repair)
-    return True, {f"build/{variant}/metadata.json": TreeEntry(len(raw), git_blob_id(raw))}
+    return True, {hub_variant_file(variant, METADATA): TreeEntry(len(raw), git_blob_id(raw))}
 
 
 def _member(wheel: Path, rel: str, repair: str) -> bytes:

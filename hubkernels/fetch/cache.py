@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import digest as _digest
 from .. import settings
-from ..layout import shipped_files, write_atomic
+from ..layout import METADATA, build_dir, shipped_files, variant_dir, write_atomic
 
 #: Compiled code is kept per interpreter: its cache tag and bytecode magic number.
 _CODE_TAG = f"{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}"
@@ -147,12 +147,12 @@ class RepoState:
 
     def variant_dir(self, commit: str, variant: str) -> Path:
         """`<cache>/kernels--org--name/snapshots/<commit>/build/<variant>` (huggingface_hub's layout)."""
-        return self.repo_dir / "snapshots" / commit / "build" / variant
+        return variant_dir(self.repo_dir / "snapshots" / commit, variant)
 
     def local_variants(self, commit: str) -> list[str]:
         """Variants of `commit` present in the cache (what an offline load can choose from without a listing)."""
-        build = self.repo_dir / "snapshots" / commit / "build"
-        return sorted(p.name for p in build.iterdir() if (p / "metadata.json").is_file()) if build.is_dir() else []
+        build = build_dir(self.repo_dir / "snapshots" / commit)
+        return sorted(p.name for p in build.iterdir() if (p / METADATA).is_file()) if build.is_dir() else []
 
     # -- refs: version -> commit ----------------------------------------------------------------------------
 

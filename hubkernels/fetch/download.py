@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import digest as _digest
 from ..errors import DigestError, VariantNotFoundError
-from ..layout import ships
+from ..layout import hub_variant_path, ships
 from ..metadata import Metadata
 from .cache import RepoState, TreeEntry, Verified, compile_sources
 from .remote import KernelNotFoundError, Remote
@@ -33,12 +33,12 @@ def download_and_verify(
         if unpacked:
             return _verify(state, ref, variant, tree)
     vdir = state.variant_dir(ref.commit, variant)
-    prefix = f"build/{variant}/"
+    prefix = hub_variant_path(variant) + "/"
     if tree is not None:
         wanted = {p: e for p, e in tree.items() if p.startswith(prefix) and ships(p)}
         if prefix + "metadata.json" not in wanted:
             raise VariantNotFoundError(
-                f"{state.repo_id}@{ref.commit[:7]}: build/{variant} has no metadata.json, "
+                f"{state.repo_id}@{ref.commit[:7]}: {hub_variant_path(variant)} has no metadata.json, "
                 "so it is not a loadable variant. Ask the publisher to re-upload it."
             )
         missing = [
@@ -74,7 +74,7 @@ def _verify(state: RepoState, ref: Ref, variant: str, tree: dict[str, TreeEntry]
         f"(CLI: `hubkernels download {state.repo_id}@{ref.commit} --force`), or delete {state.repo_dir}."
     )
     state.drop_receipt(ref.commit, variant)
-    prefix = f"build/{variant}/"
+    prefix = hub_variant_path(variant) + "/"
     try:
         raw = (vdir / "metadata.json").read_bytes()
     except OSError as e:

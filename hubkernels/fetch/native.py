@@ -6,10 +6,9 @@ process (the second would crash it), so each library's namespaces are held here 
 from __future__ import annotations
 
 import re
-import struct
 from pathlib import Path
-from typing import Any
 
+from ..elf import ElfError, symbol_names
 from ..errors import KernelLoadError
 from ..metadata import Metadata
 
@@ -64,51 +63,16 @@ _LIBRARY_INIT_RE = re.compile(rb"(?:^|_ZL\d+)(?:STABLE_)?TORCH_LIBRARY_static_in
 
 def _native_facts(library: Path) -> tuple[set[str] | None, set[str]]:
     """(functions the ELF library exports, torch op namespaces its TORCH_LIBRARY blocks define), read from its
-    dynamic and static symbol tables without loading it (bytes appended to the file or outside those tables
-    count for nothing). The namespaces are empty for a stripped library; exports are None for a non-ELF file."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
-    exports: set[str] = set()
-    namespaces: set[str] = set()
+    dynamic and static symbol tables without loading it (`hubkernels.elf`). The namespaces are empty for a
+    stripped library; exports are None for a non-ELF file."""
     try:
-        with open(library, "rb") as f:
-            if f.read(4) != b"\x7fELF":
-                return None, namespaces
-            f.seek(0)
-            elf = ELFFile(f)
-            dynsym = elf.get_section_by_name(".dynsym")
-            if dynsym is not None:
-                exports = _exported_functions(elf, dynsym)
-            symtab = elf.get_section_by_name(".symtab")
-            strtab = elf.get_section(symtab["sh_link"]) if symtab is not None else None
-            if strtab is not None:
-                for name in strtab.data().split(b"\0"):
-                    match = _LIBRARY_INIT_RE.search(name)
-                    if match:
-                        namespaces.add(match.group(1).decode())
-    except (ELFError, OSError, ValueError, KeyError, AttributeError) as e:
-        raise KernelLoadError(f"{library} is not a readable ELF library ({e}): download or build it again.") from e
-    return exports, namespaces
-
-
-def _exported_functions(elf: Any, dynsym: Any) -> set[str]:
-    """Names of the defined global or weak functions of a dynamic symbol table (raw records on 64-bit
-    little-endian ELF, the common case, which is ~20x faster than pyelftools' symbol objects)."""
-    if not (elf.elfclass == 64 and elf.little_endian):
-        return {
-            sym.name
-            for sym in dynsym.iter_symbols()
-            if sym["st_shndx"] != "SHN_UNDEF"
-            and sym["st_info"]["type"] == "STT_FUNC"
-            and sym["st_info"]["bind"] in ("STB_GLOBAL", "STB_WEAK")
-        }
-    names = elf.get_section(dynsym["sh_link"]).data()
-    out = set()
-    for st_name, st_info, _other, st_shndx, _value, _size in struct.iter_unpack("<IBBHQQ", dynsym.data()):
-        if st_shndx != 0 and st_info & 0xF == 2 and st_info >> 4 in (1, 2):  # defined, STT_FUNC, GLOBAL/WEAK
-            out.add(names[st_name : names.index(b"\0", st_name)].decode("utf-8", "replace"))
-    return out
+        names = symbol_names(library)
+    except ElfError as e:
+        raise KernelLoadError(f"{e}: download or build it again.") from e
+    if names is None:
+        return None, set()
+    namespaces = {m.group(1).decode() for name in names.static if (m := _LIBRARY_INIT_RE.search(name))}
+    return set(names.functions), namespaces
 
 
 def _registered_namespaces() -> set[str]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .. import settings
 from ..errors import HubkernelsError
 from ..hub import api, endpoint  # noqa: F401  (re-exported: the loader's client)
+from ..layout import BUILD_DIR
 from .cache import TreeEntry
 
 if TYPE_CHECKING:
@@ -432,7 +433,7 @@ class Remote:
         """Every file under build/ at `commit`, with size and hashes: one request for all variants."""
         return self.files_under(
             commit,
-            "build",
+            BUILD_DIR,
             "the build variants",
             (
                 f"{self.repo_id}@{commit[:7]} has no build/ directory, so it holds no kernel builds. Is this the right "

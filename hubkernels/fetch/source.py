@@ -5,7 +5,7 @@ build.toml, every file its tables name, the headers beside them and the Python p
 (`hubkernels.publish.source_files`).
 HF `kernels` reads only `build/`, so it never sees it. `get_kernel(..., build=True)` (or HUBKERNELS_BUILD=auto),
 when nothing published fits, downloads `source/` of the very commit it resolved, checks every file against the
-Hub's listing, builds it with `hubkernels.build.build` and keeps the result in the cache:
+Hub's listing, builds it with `hubkernels.builder.build` and keeps the result in the cache:
 
     <cache>/kernels--org--name/hubkernels/builds/<commit>/<variant>/
 
@@ -27,8 +27,8 @@ from pathlib import Path
 from .. import digest as _digest
 from .. import settings
 from ..errors import DigestError, VariantNotFoundError
+from ..layout import SOURCE_DIR
 from ..metadata import Metadata
-from ..publish import SOURCE_DIR
 from ..variants import Resolution, resolve
 from .cache import RepoState
 from .remote import KernelNotFoundError, Remote
@@ -160,7 +160,7 @@ def _download_source(state: RepoState, remote: Remote, commit: str) -> Path:
 
 def _build(source: Path, builds: Path, backend: str | None) -> str:
     """Build a copy of `source` in a temporary directory and rename the variant into `builds`; returns its name."""
-    from ..build import build
+    from ..builder import build
 
     with tempfile.TemporaryDirectory(dir=builds.parent, prefix=f".{builds.name}.") as tmp:
         work = Path(tmp) / "src"

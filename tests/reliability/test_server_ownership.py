@@ -140,7 +140,7 @@ def test_a_shard_claiming_a_public_files_sha256_does_not_make_hf_kernels_run_the
     pytest.importorskip("kernels")  # the victim is HF `kernels`
     from helpers import make_kernel
 
-    from hubkernels.build import build
+    from hubkernels.builder import build
     from hubkernels.publish import upload
 
     token, new_repo = mallory

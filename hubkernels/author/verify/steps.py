@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ... import settings
-from ...build import BuildResult, build
+from ...builder import BuildResult, build
 from ...config import BuildConfig
 from ...errors import HubkernelsError
 from . import Check
@@ -77,7 +77,7 @@ def _cannot_build(config: BuildConfig, backend: str) -> str | None:
                 + (f"the nvcc at {nvcc}" if nvcc else "the CUDA toolkit (nvcc)")
                 + " and run verify again"
             )
-        if shutil.which("nvcc") is None and not settings.cuda_home():
+        if shutil.which("nvcc") is None and settings.cuda_home() is None:
             return (
                 "no CUDA toolkit (nvcc not on PATH, CUDA_HOME unset): install it (no GPU needed to compile) "
                 "and run verify again"
@@ -92,7 +92,7 @@ def check_abi(builds: dict[str, BuildResult]) -> list[Check]:
         import kernel_abi_check  # noqa: F401
     except ImportError:
         return [Check("abi", "all", "skip", "kernel-abi-check is not installed (pip install kernel-abi-check)")]
-    from ...build import check_abi as abi_problems
+    from ...builder import check_abi as abi_problems
 
     found = []
     for backend, result in builds.items():

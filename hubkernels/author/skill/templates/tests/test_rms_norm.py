@@ -35,7 +35,7 @@ DEVICES = [
 def kernels():
     """device type -> the my_kernels module of this checkout's build for that backend."""
     import hubkernels
-    from hubkernels.build import build
+    from hubkernels.builder import build
 
     loaded = {}
 

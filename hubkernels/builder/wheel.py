@@ -24,12 +24,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._version import __version__
-from .errors import UsageError
-from .layout import VARIANT_RECORD, plain_name, shipped_files, variants_index_name, wheel_label  # noqa: F401  (re-exported)
-from .metadata import Metadata
+from .._version import __version__
+from ..errors import UsageError
+from ..layout import VARIANT_RECORD, plain_name, shipped_files, variants_index_name, wheel_label  # noqa: F401  (re-exported)
+from ..metadata import Metadata
+from ..system import Variant
 from .slice import sm_of
-from .system import Variant
 
 #: PEP 825's schema of variant.json / variants.json (variantlib 0.2).
 SCHEMA = "https://variants-schema.wheelnext.dev/v0.2.0.json"
@@ -137,7 +137,7 @@ def variant_or_none(variant: Variant, meta: Metadata) -> WheelVariant | None:
 
 def pack(variant_dir: str | Path, out_dir: str | Path, *, any_variant: bool = False, sliced: bool = False) -> Path:
     """`build_wheel`, tagged manylinux_2_28 when the variant's modules pass kernel-abi-check's manylinux check."""
-    from .build import check_abi
+    from .abi import check_abi
 
     portable = not any(p.startswith("manylinux") for so in Path(variant_dir).glob("*.so") for p in check_abi(so))
     return build_wheel(
@@ -146,7 +146,8 @@ def pack(variant_dir: str | Path, out_dir: str | Path, *, any_variant: bool = Fa
 
 
 def slice_label(label: str, arch: str) -> str:
-    """The label of a per-arch slice (`hubkernels.slice`) of the variant labelled `label`: `cu130` -> `cu130_sm90`."""
+    """The label of a per-arch slice (`hubkernels.builder.slice`) of the variant labelled `label`:
+    `cu130` -> `cu130_sm90`."""
     return f"{label}_sm{sm_of(arch)}"
 
 

@@ -73,7 +73,9 @@ def main(spec_path: str) -> None:
     if stable_cuda:
         from torch.utils import cpp_extension
 
-        home = os.environ.get("CUDA_HOME", "")
+        from hubkernels import settings
+
+        home = str(settings.cuda_home() or "")
         cpp_extension.CUDA_HOME = home or None  # a CPU torch never looks for a toolkit; nvcc compiles the .cu files
         extra["libraries"].append("cudart")
         extra["library_dirs"] += [d for d in (f"{home}/lib64", f"{home}/lib") if os.path.isdir(d)]

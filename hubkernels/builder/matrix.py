@@ -3,8 +3,8 @@
 The default set is what kernel-builder publishes (torch 2.12 and 2.13, CPU and CUDA 12.6 / 13.0 / 13.2) and every
 newer torch the package index serves (2.14, 2.15), plus the torch stable-ABI variants of backends that ask for them
 (one per backend and CUDA version, built with the newest torch). Each variant is built by
-`python -m hubkernels build` running in its toolchain (`hubkernels.toolchain`); one failing variant does not stop
-the others, and the run ends with a table.
+`python -m hubkernels build` running in its toolchain (`hubkernels.builder.toolchain`); one failing variant does
+not stop the others, and the run ends with a table.
 A variant whose inputs (build.toml, sources, package files, builder, toolchain) are unchanged since its last
 build is reported up to date without starting a toolchain, so a re-run with nothing changed takes seconds.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import platform as _stdlib_platform
 import subprocess
 import time
@@ -20,21 +21,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._version import __version__
-from .config import BuildConfig, load_config
-from .digest import violations
-from .errors import UsageError
-from .metadata import Metadata
+from .._version import __version__
+from ..config import BuildConfig, load_config
+from ..digest import violations
+from ..errors import UsageError
+from ..layout import variant_dir
+from ..metadata import Metadata
 from .toolchain import ToolchainError, ToolchainUnavailable, toolchain
 
 __all__ = ["DEFAULT_TORCH", "DEFAULT_CUDA", "Job", "Outcome", "plan", "run_matrix", "format_table"]
 
 #: The torch releases kernel-builder publishes builds for today, then every newer one the package index serves (the
-#: load check's symbol tables, `build.symbols`, reach the newest); the CUDA versions kernel-builder builds.
+#: load check's symbol tables, `builder.symbols`, reach the newest); the CUDA versions kernel-builder builds.
 DEFAULT_TORCH = ("2.12", "2.13", "2.14", "2.15")
 DEFAULT_CUDA = ("12.6", "13.0", "13.2")
 
 Say = Callable[[str], None]
+#: Where progress goes unless the caller passes `say` (the CLI prints it).
+_log: Say = logging.getLogger("hubkernels.builder.matrix").info
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ def plan(
 
 
 def run_matrix(
-    path: str | Path, jobs: Sequence[Job], *, say: Say = print, jobs_per_build: int | None = None
+    path: str | Path, jobs: Sequence[Job], *, say: Say = _log, jobs_per_build: int | None = None
 ) -> list[Outcome]:
     """Build every job into `<path>/build/<variant>/`; never stops at a failure."""
     config = load_config(path)
@@ -147,7 +151,7 @@ def _run_job(config: BuildConfig, job: Job, say: Say, jobs_per_build: int | None
             detail=f"{job.backend} builds need that vendor's toolkit and torch, "
             "which the package index does not serve for this machine",
         )
-    dest = config.root / "build" / job.variant
+    dest = variant_dir(config.root, job.variant)
     stamp_file = config.root / "_build" / "matrix" / f"{job.variant}.stamp"
     stamp = _stamp(config, job)
     if stamp_file.is_file() and stamp_file.read_text() == stamp and _intact(dest):
@@ -195,8 +199,8 @@ def _run_job(config: BuildConfig, job: Job, say: Say, jobs_per_build: int | None
 
 
 def _run_noarch(config: BuildConfig, job: Job, stamp: str, stamp_file: Path, start: float) -> Outcome:
-    from .build import build
-    from .errors import HubkernelsError
+    from ..errors import HubkernelsError
+    from .kernel import build
 
     try:
         result = build(config.root, backend=job.backend, quiet=True)
@@ -223,7 +227,7 @@ def _stamp(config: BuildConfig, job: Job) -> str:
     if config.torch:
         files += [config.root / s for s in config.torch.src]
     builder = Path(__file__).resolve().parent
-    files += sorted(builder.glob("build*.py")) + sorted(builder.glob("build/*.py")) + [builder / "_setup_ext.py"]
+    files += sorted(builder.glob("*.py"))
     for f in files:
         if f.is_file():
             h.update(str(f.relative_to(config.root) if f.is_relative_to(config.root) else f.name).encode())
@@ -251,7 +255,7 @@ def _size(n: int) -> str:
 
 
 def _cpu_os() -> tuple[str, str]:
-    from .system import normalize_cpu
+    from ..system import normalize_cpu
 
     return normalize_cpu(_stdlib_platform.machine()), _stdlib_platform.system().lower()
 

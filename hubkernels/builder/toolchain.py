@@ -14,6 +14,7 @@ install is redone, never half-used.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import settings
-from .errors import HubkernelsError
+from .. import settings
+from ..errors import HubkernelsError
 
 __all__ = ["Toolchain", "ToolchainError", "ToolchainUnavailable", "toolchain", "cuda_home", "torch_env"]
 
@@ -46,6 +47,8 @@ CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "n
 _MARKER = ".complete"
 
 Say = Callable[[str], None]
+#: Where progress goes unless the caller passes `say` (the CLI prints it).
+_log: Say = logging.getLogger("hubkernels.builder.toolchain").info
 
 
 class ToolchainError(HubkernelsError):
@@ -68,7 +71,7 @@ class Toolchain:
     def env(self) -> dict[str, str]:
         """The environment a build in this toolchain runs with (our source first on the path)."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
-        source = str(Path(__file__).resolve().parent.parent)
+        source = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = source + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env["PATH"] = str(self.python.parent) + os.pathsep + env.get("PATH", "")
         if self.cuda_home is not None:
@@ -77,14 +80,14 @@ class Toolchain:
         return env
 
 
-def toolchain(torch: str, cuda: str | None = None, *, say: Say = print) -> Toolchain:
+def toolchain(torch: str, cuda: str | None = None, *, say: Say = _log) -> Toolchain:
     """The toolchain for `torch` (major.minor) and, for CUDA builds, `cuda` (major.minor): made on first use."""
     python, info = torch_env(torch, say=say)
     home = cuda_home(cuda, say=say) if cuda else None
     return Toolchain(python, info["torch"], info.get("cuda"), home)
 
 
-def torch_env(version: str, *, say: Say = print) -> tuple[Path, dict[str, str]]:
+def torch_env(version: str, *, say: Say = _log) -> tuple[Path, dict[str, str]]:
     """A venv with `torch==<version>.*` from the package index: (its python, {"torch": ..., "cuda": ...})."""
     _check_version("torch", version)
     root = settings.toolchain_dir() / f"py{sys.version_info[0]}{sys.version_info[1]}-torch{version}"
@@ -143,7 +146,7 @@ def _upgrade_requirements(root: Path, python: Path, say: Say) -> None:
         record.write_text(wanted)
 
 
-def cuda_home(version: str, *, say: Say = print) -> Path:
+def cuda_home(version: str, *, say: Say = _log) -> Path:
     """A CUDA_HOME for CUDA `version`: a local toolkit of that version if there is one, else the nvidia wheels."""
     _check_version("cuda", version)
     local = _local_toolkit(version)
@@ -240,7 +243,7 @@ def _no_release(what: str) -> Callable[[str], str | None]:
 
 def _local_toolkit(version: str) -> Path | None:
     """A local CUDA toolkit whose nvcc reports `version` (CUDA_HOME, /usr/local/cuda-<v>, /usr/local/cuda)."""
-    for candidate in (os.environ.get("CUDA_HOME"), f"/usr/local/cuda-{version}", "/usr/local/cuda"):
+    for candidate in (settings.cuda_home(), f"/usr/local/cuda-{version}", "/usr/local/cuda"):
         if not candidate:
             continue
         nvcc = Path(candidate) / "bin" / "nvcc"

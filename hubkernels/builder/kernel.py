@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,28 +23,21 @@ from .._version import __version__
 from ..config import BuildConfig, load_config
 from ..digest import hash_variant
 from ..errors import BuildError
-from ..layout import ships
+from ..layout import build_dir, ships
 from ..metadata import Metadata
 from ..system import System, Variant
 from .abi import check_abi, check_torch_stable_abi
 from .checks import check_buildable
-from .compile import CompileError, compile_native
+from .compile import compile_native
 from .generated import noarch_ops_py, ops_py
 from .ids import git_state, ops_name, unique_id
 from .loadcheck import admitted_tables, check_module
-from .toolchain import check_torch_bounds, choose_backend, stable_abi, variant_for
+from .machine import check_torch_bounds, choose_backend, stable_abi, variant_for
 
-__all__ = [
-    "BuildResult",
-    "CompileError",
-    "build",
-    "check_abi",
-    "check_torch_stable_abi",
-    "choose_backend",
-    "git_state",
-    "ops_name",
-    "unique_id",
-]
+logger = logging.getLogger("hubkernels.builder")
+Say = Callable[[str], None]
+
+__all__ = ["BuildResult", "Say", "build"]
 
 
 @dataclass(frozen=True)
@@ -64,11 +59,13 @@ def build(
     verbose: bool = False,
     out_dir: str | Path | None = None,
     quiet: bool = False,
+    say: Say | None = None,
 ) -> BuildResult:
     """Build the kernel at `path` for this machine into `<path>/build/<variant>/` and return where it went.
 
     A noarch kernel built without `backend` gets a `torch-<backend>` variant for each backend it lists.
-    Concurrent builds of one checkout (parallel test sessions, say) take turns on a lock file.
+    Concurrent builds of one checkout (parallel test sessions, say) take turns on a lock file. Progress lines go
+    to `say` (default: the `hubkernels.builder` logger, at INFO), none with `quiet`.
     """
     from filelock import FileLock
 
@@ -78,7 +75,7 @@ def build(
     try:
         (config.root / "_build").mkdir(exist_ok=True)
         with FileLock(str(config.root / "_build" / ".lock")):
-            return _build_locked(config, backend, jobs, verbose, out_dir, quiet)
+            return _build_locked(config, backend, jobs, verbose, out_dir, _silent if quiet else say or logger.info)
     except OSError as e:  # a build or output directory that cannot be written: say which, no traceback
         where = f" ({e.filename})" if e.filename else ""
         raise BuildError(
@@ -88,13 +85,13 @@ def build(
 
 
 def _build_locked(
-    config: BuildConfig, backend: str | None, jobs: int | None, verbose: bool, out_dir: str | Path | None, quiet: bool
+    config: BuildConfig, backend: str | None, jobs: int | None, verbose: bool, out_dir: str | Path | None, say: Say
 ) -> BuildResult:
     system = System.current()
     chosen = choose_backend(config, system, backend)
     check_buildable(config, chosen)
     check_torch_bounds(config, system)
-    out_root = Path(out_dir) if out_dir else config.root / "build"
+    out_root = Path(out_dir) if out_dir else build_dir(config.root)
     uid = unique_id(config.root)
     if config.is_noarch(chosen):
         backends = (
@@ -103,14 +100,14 @@ def _build_locked(
             else [chosen] + [b for b in config.general.backends if b != chosen and config.is_noarch(b)]
         )
         results = [
-            _build_variant(config, b, Variant("noarch", b), None, uid, out_root, jobs, verbose, quiet) for b in backends
+            _build_variant(config, b, Variant("noarch", b), None, uid, out_root, jobs, verbose, say) for b in backends
         ]
         return BuildResult(
             results[0].variant, results[0].path, results[0].id, results[0].up_to_date, tuple(results[1:])
         )
     target = stable_abi(config, chosen, system)
     variant = variant_for(system, chosen, target)
-    return _build_variant(config, chosen, variant, target, uid, out_root, jobs, verbose, quiet)
+    return _build_variant(config, chosen, variant, target, uid, out_root, jobs, verbose, say)
 
 
 def _build_variant(
@@ -122,7 +119,7 @@ def _build_variant(
     out_root: Path,
     jobs: int | None,
     verbose: bool,
-    quiet: bool,
+    say: Say,
 ) -> BuildResult:
     root = config.root
     name = ops_name(config, backend, uid)
@@ -133,7 +130,7 @@ def _build_variant(
     sources = [root / s for k in config.kernels_for(backend) for s in k.src]
     sources += [root / s for s in (config.torch.src if config.torch else ())]
     sources = [s for s in sources if s.is_file()]  # a missing one is reported by the compile step
-    builder = sorted(Path(__file__).parent.glob("*.py")) + [Path(__file__).parent.with_name("_setup_ext.py")]
+    builder = sorted(Path(__file__).parent.glob("*.py"))
     stamp = _stamp(
         [__version__, name, str(variant), config.file.read_text(), sys.version_info[:2]], pkg_files + sources + builder
     )
@@ -143,11 +140,11 @@ def _build_variant(
             from ..digest import violations
 
             if not violations(dest, Metadata.read(dest).digest):
-                _say(quiet, f"{variant}: up to date ({dest})")
+                say(f"{variant}: up to date ({dest})")
                 return BuildResult(variant, dest, name, True)
         except (OSError, ValueError):
             pass
-    _say(quiet, f"Building {config.general.name} v{config.general.version} -> {variant} (ops namespace {name})")
+    say(f"Building {config.general.name} v{config.general.version} -> {variant} (ops namespace {name})")
     work.mkdir(parents=True, exist_ok=True)
     staging = out_root / f".{variant}.partial"
     shutil.rmtree(staging, ignore_errors=True)
@@ -162,7 +159,7 @@ def _build_variant(
     else:
         so, archs = compile_native(config, backend, name, work, jobs=jobs, verbose=verbose, stable_abi=target)
         shutil.copy2(so, staging / f"{name}.abi3.so")
-        _check_module(staging / f"{name}.abi3.so", target, variant, quiet)
+        _check_module(staging / f"{name}.abi3.so", target, variant, say)
         (staging / "_ops.py").write_text(ops_py(name))
     _write_metadata(config, backend, name, archs, staging)
     if dest.exists():
@@ -170,11 +167,11 @@ def _build_variant(
     staging.rename(dest)
     stamp_file.parent.mkdir(parents=True, exist_ok=True)
     stamp_file.write_text(stamp)
-    _say(quiet, f"{variant}: built {dest}")
+    say(f"{variant}: built {dest}")
     return BuildResult(variant, dest, name, False)
 
 
-def _check_module(so: Path, target: tuple[int, int] | None, variant: Variant, quiet: bool) -> None:
+def _check_module(so: Path, target: tuple[int, int] | None, variant: Variant, say: Say) -> None:
     """Fail unless the module loads where the variant's name says: Python ABI3, the torch stable ABI, and every
     symbol resolved against the real libraries of each torch it admits (`loadcheck`)."""
     problems = check_abi(so)
@@ -189,7 +186,7 @@ def _check_module(so: Path, target: tuple[int, int] | None, variant: Variant, qu
             "reasons below):\n  " + "\n  ".join(fatal)
         )
     for p in loads.platform:
-        _say(quiet, f"warning: load check: {p}")
+        say(f"warning: load check: {p}")
 
 
 def _write_metadata(config: BuildConfig, backend: str, name: str, archs: list[str], staging: Path) -> None:
@@ -248,6 +245,5 @@ def _dependency(dep: object) -> dict[str, object]:
     return out
 
 
-def _say(quiet: bool, msg: str) -> None:
-    if not quiet:
-        print(msg, file=sys.stderr, flush=True)
+def _silent(msg: str) -> None:
+    pass

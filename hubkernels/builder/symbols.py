@@ -5,7 +5,7 @@ dynamic symbols: C symbols and C++ standard-library symbols (the ones a torch li
 of libstdc++), never torch's own C++ API. Tables for every torch the package index serves from the first
 stable-ABI release on ship in `torch_symbols/`, extracted from the published wheels by
 
-    python -m hubkernels.build.symbols torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl ...
+    python scripts/torch_symbols.py torch-2.12.1-cp312-cp312-manylinux_2_28_x86_64.whl ...
 
 so a build on a machine with one torch checks against all of them without downloading gigabytes. A build against
 the installed torch (full ABI) reads that torch's own libraries, every export included.
@@ -16,24 +16,23 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sys
 import tempfile
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..elf import ElfModule, read_elf
 from ..errors import BuildError
 
 __all__ = [
-    "ElfModule",
     "Library",
     "TorchTable",
-    "read_elf",
     "shipped_tables",
     "installed_table",
     "extract_wheel",
     "write_link_stubs",
+    "write_table",
     "stable_link_stubs",
     "TABLE_DIR",
     "TORCH_LIBRARIES",
@@ -55,28 +54,6 @@ TORCH_LIBRARIES = (
 STD_MANGLED = re.compile(
     r"^_Z(?:N[KRVO]*|T[ISV]|Th?n?\d*_?)?(?:St|S[aboisd]|9__gnu_cxx|10__cxxabiv1)|^_Z(?:nw|na|dl|da)"
 )
-
-
-@dataclass(frozen=True)
-class Undefined:
-    """A symbol a module needs: its name, the version it asks for (and from which file), and whether weak."""
-
-    name: str
-    version: str | None = None
-    file: str | None = None
-    weak: bool = False
-
-
-@dataclass(frozen=True)
-class ElfModule:
-    """The dynamic-linking facts of one ELF shared object."""
-
-    soname: str | None
-    needed: tuple[str, ...]
-    undefined: tuple[Undefined, ...]
-    exports: frozenset[str]
-    version_needs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> versions it asks of it
-    version_defs: dict[str, str] = field(default_factory=dict)  # exported symbol -> version it is defined at
 
 
 @dataclass(frozen=True)
@@ -124,64 +101,6 @@ class TorchTable:
             k: Library(v["soname"], tuple(v["needed"]), frozenset(v["exports"])) for k, v in data["libraries"].items()
         }
         return cls(data["torch"], data.get("local"), libs, data.get("source", ""))
-
-
-def read_elf(path: str | Path) -> ElfModule:
-    """Read SONAME, DT_NEEDED, undefined and exported dynamic symbols (with their versions) of a shared object."""
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
-
-    try:
-        with open(path, "rb") as f:
-            elf = ELFFile(f)
-            dyn = elf.get_section_by_name(".dynamic")
-            tags = list(dyn.iter_tags()) if dyn is not None else []
-            soname = next((t.soname for t in tags if t.entry.d_tag == "DT_SONAME"), None)
-            needed = tuple(t.needed for t in tags if t.entry.d_tag == "DT_NEEDED")
-            versions = _version_names(elf)
-            symtab = elf.get_section_by_name(".dynsym")
-            versym = elf.get_section_by_name(".gnu.version")
-            undefined: list[Undefined] = []
-            exports: set[str] = set()
-            defs: dict[str, str] = {}
-            for i, sym in enumerate(symtab.iter_symbols() if symtab is not None else ()):
-                bind = sym["st_info"]["bind"]
-                if not sym.name or bind not in ("STB_GLOBAL", "STB_WEAK", "STB_GNU_UNIQUE"):
-                    continue
-                ndx = versym.get_symbol(i)["ndx"] if versym is not None else 0
-                ver, vfile = versions.get(ndx & 0x7FFF if isinstance(ndx, int) else -1, (None, None))
-                if sym["st_shndx"] == "SHN_UNDEF":
-                    undefined.append(Undefined(sym.name, ver, vfile, bind == "STB_WEAK"))
-                elif sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED"):
-                    exports.add(sym.name)
-                    if ver and vfile is None:
-                        defs[sym.name] = ver
-            needs: dict[str, list[str]] = {}
-            for ver, vfile in versions.values():
-                if vfile is not None:
-                    needs.setdefault(vfile, []).append(ver)
-    except (OSError, ELFError) as e:
-        raise BuildError(f"cannot read {Path(path).name} as an ELF shared object ({e})") from None
-    return ElfModule(
-        soname, needed, tuple(undefined), frozenset(exports), {k: tuple(v) for k, v in needs.items()}, defs
-    )
-
-
-def _version_names(elf) -> dict[int, tuple[str, str | None]]:  # type: ignore[no-untyped-def]
-    """Version index -> (name, file it is needed from, or None for a version this object defines)."""
-    out: dict[int, tuple[str, str | None]] = {}
-    need = elf.get_section_by_name(".gnu.version_r")
-    if need is not None:
-        for verneed, auxes in need.iter_versions():
-            for aux in auxes:
-                out[aux["vna_other"]] = (aux.name, verneed.name)
-    vdef = elf.get_section_by_name(".gnu.version_d")
-    if vdef is not None:
-        for verdef, auxes in vdef.iter_versions():
-            names = [a.name for a in auxes]
-            if names and not verdef["vd_flags"] & 1:  # VER_FLG_BASE names the file, not a version
-                out[verdef["vd_ndx"]] = (names[0], None)
-    return out
 
 
 def _library(elf: ElfModule, name: str, keep_all: bool) -> Library:
@@ -283,21 +202,10 @@ def stable_link_stubs(work: Path, target: tuple[int, int], backend: str) -> Path
     return write_link_stubs(dest, floor, libraries)
 
 
-def main(argv: list[str]) -> int:
-    """Extract the table of each torch wheel named into torch_symbols/ (a maintainer's command)."""
-    if not argv:
-        print("usage: python -m hubkernels.build.symbols TORCH_WHEEL...", file=sys.stderr)
-        return 2
-    TABLE_DIR.mkdir(exist_ok=True)
-    for wheel in argv:
-        table = extract_wheel(wheel)
-        out = TABLE_DIR / f"torch-{table.version}.json.gz"
-        with gzip.GzipFile(out, "wb", mtime=0) as f:
-            f.write(json.dumps(table.to_json(), separators=(",", ":")).encode())
-        n = sum(len(lib.exports) for lib in table.libraries.values())
-        print(f"{out.name}: {table.label}, {len(table.libraries)} libraries, {n} exports")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+def write_table(table: TorchTable, out_dir: Path = TABLE_DIR) -> Path:
+    """Write `table` as `torch-<version>.json.gz` into `out_dir` (by default the tables that ship), byte-stable."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"torch-{table.version}.json.gz"
+    with gzip.GzipFile(out, "wb", mtime=0) as f:
+        f.write(json.dumps(table.to_json(), separators=(",", ":")).encode())
+    return out

@@ -4,7 +4,7 @@ Flags follow kernel-builder's CMake flow: `TORCH_EXTENSION_NAME=<ops name>`, the
 `CUDA_KERNEL` + `USE_CUDA=1`), `registration.h` on the include path, `-fno-gnu-unique`, torch's nvcc flags
 without its half/bfloat16 operator bans (plus `ENABLE_FP8`), per-kernel `-gencode`, and for a stable-ABI
 build `TORCH_TARGET_VERSION=(M << 56) | (m << 48)`. The compile runs torch.utils.cpp_extension + ninja in a
-child process (`hubkernels._setup_ext`).
+child process (`hubkernels.builder._setup_ext`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from ..config import BuildConfig, KernelConfig
 from ..errors import BuildError
 from .checks import dependency_includes
 from .generated import glibc_compat, libstdcxx_compat, registration_dir
+from .machine import cuda_home, cuda_wheel_includes, nvcc_version
 from .symbols import stable_link_stubs
-from .toolchain import cuda_home, cuda_wheel_includes, nvcc_version
 
 _CXX_SUFFIXES = {".cpp", ".cc", ".cxx", ".c"}
 _CUDA_SUFFIXES = {".cu"}
@@ -167,7 +167,7 @@ def compile_native(
         old.unlink()
     if jobs:
         env["MAX_JOBS"] = str(jobs)
-    cmd = [sys.executable, "-m", "hubkernels._setup_ext", str(work / "spec.json")]
+    cmd = [sys.executable, "-m", "hubkernels.builder._setup_ext", str(work / "spec.json")]
     _run_with_progress(cmd, env, len(compiled), verbose)
     built = list(lib_dir.glob(f"{name}*.so"))
     if not built:

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..elf import ElfModule, read_elf
 from ..system import Variant
-from .symbols import STD_MANGLED, ElfModule, TorchTable, installed_table, read_elf, shipped_tables
+from .symbols import STD_MANGLED, TorchTable, installed_table, shipped_tables
 
 __all__ = [
     "PLATFORM_FLOOR",

@@ -18,10 +18,10 @@ import shutil
 import struct
 from pathlib import Path
 
-from .digest import hash_variant
-from .errors import HubkernelsError
-from .layout import shipped_files
-from .metadata import Metadata
+from ..digest import hash_variant
+from ..errors import HubkernelsError
+from ..layout import shipped_files
+from ..metadata import Metadata
 
 _FATBIN_MAGIC = 0xBA55ED50
 _HEADER = struct.Struct("<IHHQ")  # magic, version, header size, size of the entries
