@@ -60,13 +60,13 @@ def read_elf(path: str | Path) -> ElfModule:
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
-            dyn = elf.get_section_by_name(".dynamic")
+            dyn: Any = elf.get_section_by_name(".dynamic")
             tags = list(dyn.iter_tags()) if dyn is not None else []
             soname = next((t.soname for t in tags if t.entry.d_tag == "DT_SONAME"), None)
             needed = tuple(t.needed for t in tags if t.entry.d_tag == "DT_NEEDED")
             versions = _version_names(elf)
-            symtab = elf.get_section_by_name(".dynsym")
-            versym = elf.get_section_by_name(".gnu.version")
+            symtab: Any = elf.get_section_by_name(".dynsym")
+            versym: Any = elf.get_section_by_name(".gnu.version")
             undefined: list[Undefined] = []
             exports: set[str] = set()
             defs: dict[str, str] = {}

@@ -205,7 +205,7 @@ def check_repo_id(repo_id: object) -> str:
     """`repo_id` if it is the Hub's `org/name` (`is_repo_id`); a UsageError saying so otherwise."""
     if not is_repo_id(repo_id):
         raise UsageError(f"repo_id must look like 'org/name' ({REPO_NAME_RULE}), got {repo_id!r}")
-    return repo_id  # type: ignore[return-value]
+    return repo_id
 
 
 def wheel_label(name: str) -> str | None:

@@ -198,7 +198,7 @@ def _commit_upload(
     config: BuildConfig,
     repo_id: str,
     repo_url: str,
-    branch: str,  # type: ignore[no-untyped-def]
+    branch: str,
     branches: dict[str, str],
     new_branch: bool,
     remote: list[str],
@@ -337,7 +337,7 @@ def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelV
     return found
 
 
-def _remote_files(api, repo_id: str, branch: str, directory: str) -> list[str]:  # type: ignore[no-untyped-def]
+def _remote_files(api, repo_id: str, branch: str, directory: str) -> list[str]:
     """Repo paths of every file under `directory` on `branch` (none when the directory or branch is missing)."""
     from huggingface_hub import RepoFile
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
@@ -349,7 +349,7 @@ def _remote_files(api, repo_id: str, branch: str, directory: str) -> list[str]: 
         return []
 
 
-def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:  # type: ignore[no-untyped-def]
+def _remote_wheels(api, repo_id: str, branch: str) -> dict[str, bytes | None]:
     """{path: None} of the wheels on `branch`, and {path: bytes} of its variants index (read to merge into)."""
     from huggingface_hub import hf_hub_download
 
@@ -413,7 +413,7 @@ def source_files(config: BuildConfig) -> dict[str, Path]:
     return dict(sorted(files.items()))
 
 
-def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:  # type: ignore[no-untyped-def]
+def _source_ops(api, repo_id: str, branch: str, config: BuildConfig) -> list:
     """Operations that make `source/` on `branch` exactly the kernel's source files (see fetch.source)."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
@@ -482,9 +482,9 @@ def package_api(package_dir: Path) -> tuple[str | None, list[tuple[str, str]]]:
     exports: list[str] = []
     docs: dict[str, str] = {}
     for node in tree.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
             try:
                 exports = [str(x) for x in ast.literal_eval(node.value)]

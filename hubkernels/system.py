@@ -189,7 +189,7 @@ class System:
         )
 
 
-def _detect_backend(torch) -> tuple[str, tuple[int, int] | None]:  # type: ignore[no-untyped-def]
+def _detect_backend(torch) -> tuple[str, tuple[int, int] | None]:
     """The backend torch was built for, in HF kernels' order (the toolkit torch was built with, not the driver)."""
     if hasattr(torch.backends, "tpu"):
         return "tpu", None
@@ -209,7 +209,7 @@ def _detect_backend(torch) -> tuple[str, tuple[int, int] | None]:  # type: ignor
         return "xpu", (int(xpu[:4]), int(xpu[5:6]))  # "20250300" -> 2025.3, as kernels reads it
     privateuse = getattr(torch._C, "_get_privateuse1_backend_name", lambda: None)()
     if privateuse == "npu":
-        from torch_npu.utils.collect_env import get_cann_version  # type: ignore[import-not-found]
+        from torch_npu.utils.collect_env import get_cann_version
 
         cann = get_cann_version()
         return "cann", (int(cann[0]), int(cann[2]))

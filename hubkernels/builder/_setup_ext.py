@@ -22,17 +22,17 @@ def main(spec_path: str) -> None:
     from setuptools import setup
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    class KernelBuildExtension(BuildExtension):  # type: ignore[misc]
+    class KernelBuildExtension(BuildExtension):
         """BuildExtension without the flags that tie a module to torch's Python bindings."""
 
-        def _add_compile_flag(self, extension, flag):  # type: ignore[no-untyped-def]
+        def _add_compile_flag(self, extension, flag):
             if flag not in _DROPPED_FLAGS:
                 super()._add_compile_flag(extension, flag)
 
-        def build_extension(self, ext):  # type: ignore[no-untyped-def]
+        def build_extension(self, ext):
             whole = self.compiler.compile  # torch's ninja compile: one flag set per call
 
-            def by_group(sources, output_dir=None, include_dirs=None, extra_postargs=None, **kw):  # type: ignore[no-untyped-def]
+            def by_group(sources, output_dir=None, include_dirs=None, extra_postargs=None, **kw):
                 objects, failed = [], None
                 for group in spec.get("groups") or [{"name": ".", "sources": sources}]:
                     post = extra_postargs

@@ -147,7 +147,7 @@ def check_module(so: Path, variant: Variant, tables: Sequence[TorchTable]) -> Lo
     )
 
 
-def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, report) -> None:  # type: ignore[no-untyped-def]
+def _resolve(so: Path, module: ElfModule, variant: Variant, table: TorchTable, report) -> None:
     """Report what `module` cannot find when loaded into a process with `table`'s torch."""
     by_name = {name: lib for name, lib in table.libraries.items()}
     by_name.update({lib.soname: lib for lib in table.libraries.values()})

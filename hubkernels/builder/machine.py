@@ -146,7 +146,8 @@ def cuda_home() -> Path | None:
         candidates += [p for p in [_nvcc_top(nvcc)] if p is not None]
     with_nvcc = [c for c in candidates if (c / "bin" / "nvcc").is_file()]
     complete = [c for c in with_nvcc if (c / "include" / "cuda_runtime.h").is_file()]
-    return (complete or with_nvcc or [None])[0]
+    found = complete or with_nvcc
+    return found[0] if found else None
 
 
 def _nvcc_top(nvcc: str) -> Path | None:

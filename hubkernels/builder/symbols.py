@@ -96,7 +96,7 @@ class TorchTable:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> TorchTable:  # type: ignore[type-arg]
+    def from_json(cls, data: dict) -> TorchTable:
         libs = {
             k: Library(v["soname"], tuple(v["needed"]), frozenset(v["exports"])) for k, v in data["libraries"].items()
         }
@@ -193,7 +193,7 @@ def stable_link_stubs(work: Path, target: tuple[int, int], backend: str) -> Path
     floor = next((t for t in shipped_tables() if t.minor >= target), None)
     if floor is None:
         return None
-    libraries = ("libc10.so", "libtorch.so", "libtorch_cpu.so")
+    libraries: tuple[str, ...] = ("libc10.so", "libtorch.so", "libtorch_cpu.so")
     if backend == "cuda":
         libraries += ("libc10_cuda.so", "libtorch_cuda.so")
     dest = work / f"stubs-{floor.version}"

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(NAME, help=HELP)
     p.add_argument("path", nargs="?", default=".", help="kernel root with benchmarks/benchmark*.py (default: .)")
     p.add_argument("--kernel", help="local kernel dir to load (default: PATH's build)")

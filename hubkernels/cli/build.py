@@ -10,7 +10,7 @@ NAME = "build"
 HELP = "compile the kernel for this machine into build/<variant>/"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(NAME, help=HELP)
     p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml)")
     p.add_argument("--backend", help="build this backend instead of the machine's (e.g. cpu)")

@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(NAME, help=HELP, description=HELP + ". Exits 1 if any check fails.")
     p.add_argument(
         "path", nargs="?", default=".", help="the hubkernels checkout whose ltx-kernels it builds (default: .)"

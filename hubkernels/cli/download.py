@@ -9,7 +9,7 @@ HELP = "download and verify a Hub kernel's variant for this machine"
 
 
 def kernel_command(
-    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    sub: argparse._SubParsersAction,
     name: str,
     help: str,
     backend: str,
@@ -21,7 +21,7 @@ def kernel_command(
     return p
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = kernel_command(sub, NAME, HELP, "choose the variant for this backend (cpu or the machine's)")
     p.add_argument("--trust-remote-code", action="store_true", help="load even if the publisher is not trusted")
     p.add_argument("--force", action="store_true", help="download again even if cached (repairs a damaged cache)")

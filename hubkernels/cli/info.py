@@ -11,7 +11,7 @@ NAME = "info"
 HELP = "show a Hub kernel's versions and how its variants resolve here"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = kernel_command(sub, NAME, HELP, "resolve for this backend (cpu or the machine's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     from ..author.scaffold import BACKENDS, TEMPLATE_OP
 
     p = sub.add_parser(

@@ -10,7 +10,7 @@ NAME = "lock"
 HELP = "pin Hub kernels to exact commits and variant digests in kernels.lock"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     from ..fetch import DEFAULT_LOCKFILE
 
     p = sub.add_parser(NAME, help=HELP)

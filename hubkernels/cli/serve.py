@@ -77,7 +77,7 @@ def run_token(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         NAME,
         help=HELP,
@@ -142,7 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _register_token(parser.add_subparsers(dest="serve_command", metavar="{token}"))
 
 
-def _register_token(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _register_token(subparsers: argparse._SubParsersAction) -> None:
     token = subparsers.add_parser(
         "token",
         help="create, list or revoke the hub's access tokens",

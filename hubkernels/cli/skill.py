@@ -31,7 +31,7 @@ def run_path(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     from ..author.skill_install import CLAUDE_DEST, CODEX_DEST, OPENCODE_DEST
 
     p = sub.add_parser(NAME, help=HELP)

@@ -8,7 +8,7 @@ NAME = "upload"
 HELP = "publish built variants to a Hub kernel repo (branch v<version>)"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(NAME, help=HELP)
     p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml and build/)")
     p.add_argument("--repo-id", help="ORG/NAME (default: [general.hub] repo-id)")

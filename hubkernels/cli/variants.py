@@ -9,7 +9,7 @@ NAME = "variants"
 HELP = "list the variants this system accepts and how each build resolves"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(NAME, help=HELP)
     p.add_argument("path", nargs="?", default=".", help="kernel root (holds build.toml)")
     p.add_argument("--backend", help="resolve for this backend (cpu or the system's)")

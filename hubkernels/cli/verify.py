@@ -59,7 +59,7 @@ def _same_file(a: Any, b: Any) -> bool:
     return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     from ..author import verify as stage
 
     p = sub.add_parser(

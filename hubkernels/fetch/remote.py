@@ -150,17 +150,17 @@ def _abort_xet() -> None:
     abort_xet_session()
 
 
-def progress_bar():  # type: ignore[no-untyped-def]
+def progress_bar():
     """huggingface_hub's tqdm, counting the bytes a download receives towards its call's deadline (a Xet transfer
     that keeps moving is not cut off)."""
     from huggingface_hub.utils import tqdm
 
     class Counting(tqdm):
-        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        def __init__(self, *args, **kwargs):
             self._budget = _budget.get()
             super().__init__(*args, **kwargs)
 
-        def update(self, n=1):  # type: ignore[no-untyped-def]
+        def update(self, n=1):
             if self._budget is not None and n and n > 0:
                 self._budget.received(int(n))
             return super().update(n)
@@ -235,7 +235,7 @@ class _Budget:
 _budget: ContextVar[_Budget | None] = ContextVar("hubkernels_hub_budget", default=None)
 
 
-def _deadline_request(request) -> None:  # type: ignore[no-untyped-def]
+def _deadline_request(request) -> None:
     """httpx request hook: inside a call, refuse to start past its deadline, and wait no longer on the Hub than
     the read timeout or what is left of the deadline, whichever is shorter."""
     budget = _budget.get()
@@ -251,7 +251,7 @@ def _deadline_request(request) -> None:  # type: ignore[no-untyped-def]
     }
 
 
-def _deadline_response(response) -> None:  # type: ignore[no-untyped-def]
+def _deadline_response(response) -> None:
     """httpx response hook: inside a call, its body is read against the call's deadline."""
     budget = _budget.get()
     if budget is not None:
@@ -265,10 +265,10 @@ def _budget_stream(_mro: tuple) -> type:
     if cached is None:
 
         class BudgetStream(base):  # type: ignore[misc, valid-type]
-            def __init__(self, inner, budget: _Budget) -> None:  # type: ignore[no-untyped-def]
+            def __init__(self, inner, budget: _Budget) -> None:
                 self.inner, self.budget = inner, budget
 
-            def __iter__(self):  # type: ignore[no-untyped-def]
+            def __iter__(self):
                 for chunk in self.inner:
                     self.budget.received(len(chunk))
                     if self.budget.left() <= 0:
@@ -318,7 +318,7 @@ _expected_etag: ContextVar[tuple[str, str | None] | None] = ContextVar("hubkerne
 _guard_lock = threading.Lock()
 
 
-def _etag_guard(response) -> None:  # type: ignore[no-untyped-def]
+def _etag_guard(response) -> None:
     """httpx response hook: refuse a file's metadata answer whose ETag is not the file's hash, before
     huggingface_hub uses that ETag as a file name in the cache (it joins it to the blob folder unchecked)."""
     expected = _expected_etag.get()
@@ -339,7 +339,7 @@ def _etag_guard(response) -> None:  # type: ignore[no-untyped-def]
         )
 
 
-def _guard_client(client):  # type: ignore[no-untyped-def]
+def _guard_client(client):
     hooks = client.event_hooks
     if _etag_guard not in hooks["response"]:
         client.event_hooks = {
@@ -358,7 +358,7 @@ def install_etag_guard() -> None:
         factory = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
         if factory is not None and not getattr(factory, "hubkernels_guarded", False):
 
-            def guarded():  # type: ignore[no-untyped-def]
+            def guarded():
                 return _guard_client(factory())
 
             guarded.hubkernels_guarded = True  # type: ignore[attr-defined]
@@ -503,7 +503,7 @@ class Remote:
         bar: Any = progress_bar()
 
         class _Quiet(bar):  # the per-file bars of hf_hub_download; ours counts files instead
-            def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            def __init__(self, *args, **kwargs):
                 kwargs["disable"] = True
                 super().__init__(*args, **kwargs)
 

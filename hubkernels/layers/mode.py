@@ -50,10 +50,11 @@ def check_kernelize_mode(mode: Mode) -> None:
     """Refuse modes kernelize cannot run in (FALLBACK, or neither INFERENCE nor TRAINING)."""
     if not isinstance(mode, Mode):
         raise TypeError(f"mode must be a hubkernels.Mode, got {mode!r}")
+    flags: Mode = mode  # kept as a Mode: the FALLBACK test below narrows `mode` to the other members
     if mode == Mode.FALLBACK:
         raise ValueError(
             "Mode.FALLBACK can only be used to register kernel mappings; kernelize with "
             "Mode.INFERENCE or Mode.TRAINING (optionally | Mode.TORCH_COMPILE)."
         )
-    if Mode.INFERENCE not in mode and Mode.TRAINING not in mode:
+    if not flags & (Mode.INFERENCE | Mode.TRAINING):
         raise ValueError("kernelize mode must contain Mode.INFERENCE or Mode.TRAINING.")

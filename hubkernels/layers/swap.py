@@ -228,7 +228,7 @@ def _unprepare(module: "nn.Module") -> None:
         return
     for name in done[1]:
         for where in (module._buffers, module._parameters, module._modules, module.__dict__):
-            where.pop(name, None)  # type: ignore[attr-defined]
+            where.pop(name, None)
 
 
 def kernelized_forward(module: "nn.Module") -> Optional[Callable]:
@@ -267,7 +267,7 @@ def _set_forward(module: "nn.Module", forward: Optional[Callable]) -> None:
     if forward is None:
         state.pop("forward", None)
     else:
-        module.forward = forward  # type: ignore[method-assign]
+        module.forward = forward
 
 
 def kernelized_layers(model: "nn.Module") -> dict[str, type]:
@@ -289,7 +289,7 @@ def reinstall_forwards(model: "nn.Module") -> int:
     for module in model.modules():
         state = module.__dict__
         if _LAYER in state and not _in_place(module):
-            module.forward = state[_INSTALLED]  # type: ignore[method-assign]
+            module.forward = state[_INSTALLED]
             count += 1
     return count
 

@@ -139,7 +139,7 @@ def header_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
     class HeaderTimeoutProtocol(H11Protocol):
         _header_timer: Any = None
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
 

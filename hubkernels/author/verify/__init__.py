@@ -34,7 +34,7 @@ class Check:
     subject: str
     status: str
     detail: str = ""
-    data: dict = field(default_factory=dict)  # type: ignore[type-arg]
+    data: dict = field(default_factory=dict)
 
     def line(self) -> str:
         return f"{self.status.upper():4}  {self.check:8} {self.subject:28} {self.detail}"

@@ -60,7 +60,7 @@ def project_name(dist: str) -> str:
     return re.sub(r"[-_.]+", "-", dist).lower()
 
 
-def _caller(request: Request):  # type: ignore[no-untyped-def]
+def _caller(request: Request):
     """The identity behind a bearer token or basic auth's password; None when anonymous; 401 for unknown ones."""
     header = request.headers.get("authorization")
     if header is None:
@@ -78,7 +78,7 @@ def _caller(request: Request):  # type: ignore[no-untyped-def]
     return found
 
 
-def _may_read(who, repo: Repo) -> bool:  # type: ignore[no-untyped-def]
+def _may_read(who, repo: Repo) -> bool:
     return not repo.private or (who is not None and who.member_of(namespace(repo.repo_id)))
 
 
@@ -86,7 +86,7 @@ def _sha256(repo: Repo, entry: Entry) -> str:
     return entry.lfs.sha256 if entry.lfs else hashlib.sha256(repo.read_blob(entry.oid)).hexdigest()
 
 
-def _open(repo: Repo, entry: Entry):  # type: ignore[no-untyped-def]
+def _open(repo: Repo, entry: Entry):
     if entry.lfs:
         return open(repo.storage.lfs_path(entry.lfs.sha256), "rb")
     import io
