@@ -180,3 +180,44 @@ def test_tests_share_helpers_through_modules_not_through_each_other():
         if re.match(r"\s*(from|import)\s+(test_\w+|conftest)\b", line)
     ]
     assert offenders == []
+
+
+#: Modules that are a process's own entry point, with why they write to stdout.
+ENTRY_POINTS = {
+    "builder/_setup_ext.py": "the compile step's own process: its one `error:` line is how builder.compile learns why",
+}
+
+
+def _stage_modules() -> list[Path]:
+    """Every module of the library but the CLI's, the process entry points and the kernel templates the skill
+    ships to users."""
+    package = ROOT / "hubkernels"
+    skip = (package / "cli", package / "author" / "skill" / "templates", *(package / p for p in ENTRY_POINTS))
+    return [p for p in sorted(package.rglob("*.py")) if not any(p.is_relative_to(s) for s in skip)]
+
+
+def _argparse_and_prints(path: Path) -> list[str]:
+    """`file:line: what` for each argparse import and each print() call in one module."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+            found.append(f"{path.name}:{node.lineno}: import argparse")
+        elif isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            found.append(f"{path.name}:{node.lineno}: from argparse import")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.append(f"{path.name}:{node.lineno}: print()")
+    return found
+
+
+def test_only_the_cli_parses_arguments_and_prints():
+    """Each command's arguments, help and output live in hubkernels/cli/<command>.py; stages return values."""
+    found = [f"{p.parent.relative_to(ROOT)}/{line}" for p in _stage_modules() for line in _argparse_and_prints(p)]
+    assert not found, "argparse or print() outside hubkernels/cli/:\n" + "\n".join(found)
+
+
+def test_the_cli_guard_sees_a_planted_parser_and_print(tmp_path):
+    planted = tmp_path / "stage.py"
+    planted.write_text("import argparse\n\n\ndef run():\n    print('done')\n")
+    assert _argparse_and_prints(planted) == ["stage.py:1: import argparse", "stage.py:5: print()"]
