@@ -56,5 +56,5 @@ def check_kernelize_mode(mode: Mode) -> None:
             "Mode.FALLBACK can only be used to register kernel mappings; kernelize with "
             "Mode.INFERENCE or Mode.TRAINING (optionally | Mode.TORCH_COMPILE)."
         )
-    if not flags & (Mode.INFERENCE | Mode.TRAINING):
+    if Mode.INFERENCE not in flags and Mode.TRAINING not in flags:
         raise ValueError("kernelize mode must contain Mode.INFERENCE or Mode.TRAINING.")
