@@ -92,9 +92,13 @@ def _transformers_kernels_path() -> str | None:
 
     if import_utils.is_kernels_available():
         return None
+    try:
+        installed = importlib.metadata.version("kernels")
+    except importlib.metadata.PackageNotFoundError:
+        return "HF kernels is not installed (pip install 'hubkernels[test]'): transformers' kernels path is off"
     return (
         f"transformers {transformers.__version__} wants kernels >= {import_utils.KERNELS_MIN_VERSION}, < "
-        f"{import_utils.KERNELS_MAX_VERSION}; kernels {importlib.metadata.version('kernels')} is installed, so "
+        f"{import_utils.KERNELS_MAX_VERSION}; kernels {installed} is installed, so "
         "transformers disables its kernels integration (use_kernels=True raises)"
     )
 
