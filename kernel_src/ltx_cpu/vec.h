@@ -216,6 +216,57 @@ LTX_INLINE void map_row(Isa isa, bool stream, T* out, int64_t n, Fn fn, const In
   }
 }
 
+// Per pair of lanes (2i, 2i+1): (-v[2i+1], v[2i]), the rotation of interleaved RoPE. Shuffled in
+// register-sized pieces, as `where` compares: one shuffle and one xor per register.
+template <typename Isa>
+LTX_INLINE f32x16 rotate_pairs(Isa isa, f32x16 v) {
+  constexpr int kBytes = register_bytes(isa);
+  constexpr int kPieces = int(sizeof(f32x16)) / kBytes;
+  using I32 = std::conditional_t<std::is_void_v<Isa>, void, int32_t>;  // dependent: vector_size applies
+  typedef float Piece __attribute__((vector_size(kBytes)));
+  typedef I32 Index __attribute__((vector_size(kBytes)));
+  typedef std::make_unsigned_t<I32> Bits __attribute__((vector_size(kBytes)));
+  Index swap;
+  Bits even_sign;
+  for (int j = 0; j < kBytes / 4; ++j) {
+    swap[j] = j ^ 1;
+    even_sign[j] = j % 2 == 0 ? 0x80000000u : 0u;
+  }
+  Piece p[kPieces];
+  std::memcpy(p, &v, sizeof v);
+  for (int k = 0; k < kPieces; ++k) {
+    p[k] = bits_as<Piece>(bits_as<Bits>(__builtin_shuffle(p[k], swap)) ^ even_sign);
+  }
+  f32x16 r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+}
+
+// Interleaved RoPE of 16 lanes: v * c + rotate_pairs(v) * s, i.e. per pair (2i, 2i+1)
+// (v[2i] c[2i] - v[2i+1] s[2i], v[2i+1] c[2i+1] + v[2i] s[2i+1]), the product with s rounded
+// first. AVX2 and AVX-512: one vpermilps, one vmulps and one vfmaddsub per register.
+LTX_INLINE f32x16 rope_pairs(Baseline isa, f32x16 v, f32x16 c, f32x16 s) {
+  return v * c + rotate_pairs(isa, v) * s;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v3"))) inline f32x16 rope_pairs(Avx2, f32x16 v, f32x16 c, f32x16 s) {
+  __m256 pv[2], pc[2], ps[2], out[2];
+  std::memcpy(pv, &v, sizeof v);
+  std::memcpy(pc, &c, sizeof c);
+  std::memcpy(ps, &s, sizeof s);
+  for (int k = 0; k < 2; ++k) {
+    out[k] = _mm256_fmaddsub_ps(pv[k], pc[k], _mm256_mul_ps(_mm256_permute_ps(pv[k], 0xb1), ps[k]));
+  }
+  return bits_as<f32x16>(out);
+}
+__attribute__((target("arch=x86-64-v4"))) inline f32x16 rope_pairs(Avx512, f32x16 v, f32x16 c, f32x16 s) {
+  const __m512 x = bits_as<__m512>(v);
+  const __m512 rotated = _mm512_mul_ps(_mm512_permute_ps(x, 0xb1), bits_as<__m512>(s));
+  return bits_as<f32x16>(_mm512_fmaddsub_ps(x, bits_as<__m512>(c), rotated));
+}
+#endif
+
 // The sum of the 16 lanes, pairwise.
 LTX_INLINE float sum_lanes(f32x16 v) {
   float lane[kLanes];
