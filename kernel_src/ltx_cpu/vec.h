@@ -267,14 +267,22 @@ __attribute__((target("arch=x86-64-v4"))) inline f32x16 rope_pairs(Avx512, f32x1
 }
 #endif
 
-// The sum of the 16 lanes, pairwise.
+// The sum of the 16 lanes, pairwise: lane j plus lane j + 8, then j + 4, j + 2, j + 1, as halves
+// of vectors (a loop over an array of lanes stayed a loop through the stack, once per row).
 LTX_INLINE float sum_lanes(f32x16 v) {
-  float lane[kLanes];
-  std::memcpy(lane, &v, sizeof lane);
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
-  }
-  return lane[0];
+  typedef float f32x8 __attribute__((vector_size(32)));
+  typedef float f32x4 __attribute__((vector_size(16)));
+  typedef float f32x2 __attribute__((vector_size(8)));
+  f32x8 h8[2];
+  std::memcpy(h8, &v, sizeof v);
+  const f32x8 s8 = h8[0] + h8[1];
+  f32x4 h4[2];
+  std::memcpy(h4, &s8, sizeof s8);
+  const f32x4 s4 = h4[0] + h4[1];
+  f32x2 h2[2];
+  std::memcpy(h2, &s4, sizeof s4);
+  const f32x2 s2 = h2[0] + h2[1];
+  return s2[0] + s2[1];
 }
 
 // The sum of squares of chunk(i, n) over a row of `dim` elements, chunk giving the 16 lanes from i
