@@ -200,6 +200,7 @@ LTX_INLINE void map_row(Isa isa, bool stream, T* out, int64_t n, Fn fn, const In
     for (int64_t i = 0; i < n; ++i) out[i] = fn(load(in[i])...);
   } else {
     int64_t i = 0;
+    const int64_t last = n - kLanes;  // the last whole chunk's start: one compare per step, no add
     if (stream) {
       const int64_t head = std::min<int64_t>(n, (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64 / sizeof(T));
       while (i < head) {
@@ -207,9 +208,9 @@ LTX_INLINE void map_row(Isa isa, bool stream, T* out, int64_t n, Fn fn, const In
         store_part(isa, out + i, fn(load_part(isa, in + i, k)...), k);
         i += k;
       }
-      for (; i + kLanes <= n; i += kLanes) stream16(isa, out + i, fn(load16(isa, in + i)...));
+      for (; i <= last; i += kLanes) stream16(isa, out + i, fn(load16(isa, in + i)...));
     }
-    for (; i + kLanes <= n; i += kLanes) store16(isa, out + i, fn(load16(isa, in + i)...));
+    for (; i <= last; i += kLanes) store16(isa, out + i, fn(load16(isa, in + i)...));
     if (i < n) store_part(isa, out + i, fn(load_part(isa, in + i, n - i)...), n - i);
   }
 }
