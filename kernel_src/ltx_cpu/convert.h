@@ -86,13 +86,28 @@ LTX_INLINE U splat(uint32_t x) {
   return U{} + x;
 }
 
+// u (a uint32_t or a vector of them) as signed 32-bit lanes. Magnitudes (sign bit clear) order the
+// same either way, and AVX2 and SSE2 compare signed lanes in one instruction, unsigned ones in two
+// or three (the bf16 rounding's NaN test; in the fp16 one GCC's selects came out longer).
+template <typename U>
+LTX_INLINE auto as_signed(U u) {
+  if constexpr (std::is_arithmetic_v<U>) {
+    return int32_t(u);
+  } else {
+    using I32 = std::conditional_t<std::is_void_v<U>, void, int32_t>;  // dependent: vector_size applies
+    typedef I32 S __attribute__((vector_size(sizeof(U))));
+    return bits_as<S>(u);
+  }
+}
+
 // Round to nearest even by adding 0x7fff plus the lowest kept bit; NaN stays a (quiet) NaN. U holds
 // fp32 bit patterns; the result holds the bf16 patterns in the low 16 bits.
 template <typename Isa, typename U>
 LTX_INLINE U float_to_bf16_lanes(Isa isa, U u) {
   const U rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const U quiet_nan = (u >> 16) | 0x0040u;
-  return where(isa, kGreater, U(u & 0x7fffffffu), splat<U>(0x7f800000u), quiet_nan, rounded);
+  return where(isa, kGreater, as_signed(U(u & 0x7fffffffu)), as_signed(splat<U>(0x7f800000u)), quiet_nan,
+               rounded);
 }
 
 // fp16 -> fp32: move exponent and mantissa into place and rebias; subnormals go through one fp32

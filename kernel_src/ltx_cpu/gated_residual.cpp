@@ -10,10 +10,12 @@ LTX_INLINE void gated_residual_rows(Isa isa, T* out, const T* x, const T* y, con
                                     int64_t row_begin, int64_t row_end, int64_t tokens,
                                     int64_t dim, int64_t batch_stride, int64_t token_stride,
                                     bool stream) {
+  int64_t b = row_begin / tokens, s = row_begin % tokens;  // divided once, not per row
   for (int64_t r = row_begin; r < row_end; ++r) {
-    const T* gr = gate + (r / tokens) * batch_stride + (r % tokens) * token_stride;
-    map_row(isa, stream, out + r * dim, dim, [](auto a, auto b, auto g) { return a + b * g; },
+    const T* gr = gate + b * batch_stride + s * token_stride;
+    map_row(isa, stream, out + r * dim, dim, [](auto a, auto c, auto g) { return a + c * g; },
             x + r * dim, y + r * dim, gr);
+    if (++s == tokens) s = 0, ++b;
   }
   if (stream) stream_fence();
 }

@@ -7,18 +7,27 @@
 
 namespace ltx_cpu::detail {
 
-// A pass summing squares (vec.h), then a plain-loop pass over (x[2i], x[2i+1]) pairs that normalises, weights and
-// rotates; no rounding between the norm and the rotation.
+// A pass summing squares (vec.h), then a pass that normalises, weights and rotates 16 elements per
+// step, the pairs (x[2i], x[2i+1]) in registers; no rounding between the norm and the rotation.
 template <typename Isa, typename T>
 LTX_INLINE void norm_rope_row(Isa isa, T* out, const T* x, const T* weight, const float* cos,
                               const float* sin, int64_t dim, double eps) {
-  using Acc = acc_t<T>;
-  const Acc inv = inv_rms(isa, x, dim, eps);
-  for (int64_t i = 0; i < dim; i += 2) {
-    const Acc real = load(x[i]) * inv * load(weight[i]);
-    const Acc imag = load(x[i + 1]) * inv * load(weight[i + 1]);
-    out[i] = store<T>(real * Acc(cos[i]) - imag * Acc(sin[i]));
-    out[i + 1] = store<T>(imag * Acc(cos[i + 1]) + real * Acc(sin[i + 1]));
+  const acc_t<T> inv = inv_rms(isa, x, dim, eps);
+  if constexpr (std::is_same_v<T, double>) {
+    for (int64_t i = 0; i < dim; i += 2) {
+      const double real = x[i] * inv * weight[i];
+      const double imag = x[i + 1] * inv * weight[i + 1];
+      out[i] = real * double(cos[i]) - imag * double(sin[i]);
+      out[i + 1] = imag * double(cos[i + 1]) + real * double(sin[i + 1]);
+    }
+  } else {
+    map_row(
+        isa, false, out, dim,
+        [isa, inv](auto v, auto w, auto c, auto s) {
+          const auto y = v * inv * w;
+          return rope_pairs(isa, y, c, s);
+        },
+        x, weight, cos, sin);
   }
 }
 

@@ -119,9 +119,25 @@ __attribute__((target("arch=x86-64-v3"))) inline u16x16 narrow16(Avx2, const BFl
 __attribute__((target("arch=x86-64-v3"))) inline u16x16 narrow16(Avx2, const Half*, f32x16 v) {
   __m256 half[2];
   std::memcpy(half, &v, sizeof half);
-  const __m128i both[2] = {_mm256_cvtps_ph(half[0], _MM_FROUND_TO_NEAREST_INT),
-                           _mm256_cvtps_ph(half[1], _MM_FROUND_TO_NEAREST_INT)};
-  return bits_as<u16x16>(both);
+  return bits_as<u16x16>(_mm256_set_m128i(_mm256_cvtps_ph(half[1], _MM_FROUND_TO_NEAREST_INT),
+                                          _mm256_cvtps_ph(half[0], _MM_FROUND_TO_NEAREST_INT)));
+}
+
+// AVX2 holds an f32x16 in two ymm registers, and GCC copies a 64-byte vector to memory 16 bytes at a
+// time through the stack (and 16-byte halves stored apart reload as one 32-byte value only after a
+// store-forwarding stall): so fp32 stores each ymm half on its own, fp16 and bf16 their 32 bytes at
+// once (one 32-byte store was faster than two 16-byte ones for fp16).
+__attribute__((target("arch=x86-64-v3"))) inline void store16(Avx2, float* p, f32x16 v) {
+  __m256 half[2];
+  std::memcpy(half, &v, sizeof half);
+  _mm256_storeu_ps(p, half[0]);
+  _mm256_storeu_ps(p + 8, half[1]);
+}
+__attribute__((target("arch=x86-64-v3"))) inline void store16(Avx2 isa, Half* p, f32x16 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits_as<__m256i>(narrow16(isa, p, v)));
+}
+__attribute__((target("arch=x86-64-v3"))) inline void store16(Avx2 isa, BFloat16* p, f32x16 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits_as<__m256i>(narrow16(isa, p, v)));
 }
 #endif
 
@@ -184,6 +200,7 @@ LTX_INLINE void map_row(Isa isa, bool stream, T* out, int64_t n, Fn fn, const In
     for (int64_t i = 0; i < n; ++i) out[i] = fn(load(in[i])...);
   } else {
     int64_t i = 0;
+    const int64_t last = n - kLanes;  // the last whole chunk's start: one compare per step, no add
     if (stream) {
       const int64_t head = std::min<int64_t>(n, (64 - reinterpret_cast<uintptr_t>(out) % 64) % 64 / sizeof(T));
       while (i < head) {
@@ -191,21 +208,80 @@ LTX_INLINE void map_row(Isa isa, bool stream, T* out, int64_t n, Fn fn, const In
         store_part(isa, out + i, fn(load_part(isa, in + i, k)...), k);
         i += k;
       }
-      for (; i + kLanes <= n; i += kLanes) stream16(isa, out + i, fn(load16(isa, in + i)...));
+      for (; i <= last; i += kLanes) stream16(isa, out + i, fn(load16(isa, in + i)...));
     }
-    for (; i + kLanes <= n; i += kLanes) store16(isa, out + i, fn(load16(isa, in + i)...));
+    for (; i <= last; i += kLanes) store16(isa, out + i, fn(load16(isa, in + i)...));
     if (i < n) store_part(isa, out + i, fn(load_part(isa, in + i, n - i)...), n - i);
   }
 }
 
-// The sum of the 16 lanes, pairwise.
-LTX_INLINE float sum_lanes(f32x16 v) {
-  float lane[kLanes];
-  std::memcpy(lane, &v, sizeof lane);
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
+// Per pair of lanes (2i, 2i+1): (-v[2i+1], v[2i]), the rotation of interleaved RoPE. Shuffled in
+// register-sized pieces, as `where` compares: one shuffle and one xor per register.
+template <typename Isa>
+LTX_INLINE f32x16 rotate_pairs(Isa isa, f32x16 v) {
+  constexpr int kBytes = register_bytes(isa);
+  constexpr int kPieces = int(sizeof(f32x16)) / kBytes;
+  using I32 = std::conditional_t<std::is_void_v<Isa>, void, int32_t>;  // dependent: vector_size applies
+  typedef float Piece __attribute__((vector_size(kBytes)));
+  typedef I32 Index __attribute__((vector_size(kBytes)));
+  typedef std::make_unsigned_t<I32> Bits __attribute__((vector_size(kBytes)));
+  Index swap;
+  Bits even_sign;
+  for (int j = 0; j < kBytes / 4; ++j) {
+    swap[j] = j ^ 1;
+    even_sign[j] = j % 2 == 0 ? 0x80000000u : 0u;
   }
-  return lane[0];
+  Piece p[kPieces];
+  std::memcpy(p, &v, sizeof v);
+  for (int k = 0; k < kPieces; ++k) {
+    p[k] = bits_as<Piece>(bits_as<Bits>(__builtin_shuffle(p[k], swap)) ^ even_sign);
+  }
+  f32x16 r;
+  std::memcpy(&r, p, sizeof r);
+  return r;
+}
+
+// Interleaved RoPE of 16 lanes: v * c + rotate_pairs(v) * s, i.e. per pair (2i, 2i+1)
+// (v[2i] c[2i] - v[2i+1] s[2i], v[2i+1] c[2i+1] + v[2i] s[2i+1]), the product with s rounded
+// first. AVX2 and AVX-512: one vpermilps, one vmulps and one vfmaddsub per register.
+LTX_INLINE f32x16 rope_pairs(Baseline isa, f32x16 v, f32x16 c, f32x16 s) {
+  return v * c + rotate_pairs(isa, v) * s;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v3"))) inline f32x16 rope_pairs(Avx2, f32x16 v, f32x16 c, f32x16 s) {
+  __m256 pv[2], pc[2], ps[2], out[2];
+  std::memcpy(pv, &v, sizeof v);
+  std::memcpy(pc, &c, sizeof c);
+  std::memcpy(ps, &s, sizeof s);
+  for (int k = 0; k < 2; ++k) {
+    out[k] = _mm256_fmaddsub_ps(pv[k], pc[k], _mm256_mul_ps(_mm256_permute_ps(pv[k], 0xb1), ps[k]));
+  }
+  return bits_as<f32x16>(out);
+}
+__attribute__((target("arch=x86-64-v4"))) inline f32x16 rope_pairs(Avx512, f32x16 v, f32x16 c, f32x16 s) {
+  const __m512 x = bits_as<__m512>(v);
+  const __m512 rotated = _mm512_mul_ps(_mm512_permute_ps(x, 0xb1), bits_as<__m512>(s));
+  return bits_as<f32x16>(_mm512_fmaddsub_ps(x, bits_as<__m512>(c), rotated));
+}
+#endif
+
+// The sum of the 16 lanes, pairwise: lane j plus lane j + 8, then j + 4, j + 2, j + 1, as halves
+// of vectors (a loop over an array of lanes stayed a loop through the stack, once per row).
+LTX_INLINE float sum_lanes(f32x16 v) {
+  typedef float f32x8 __attribute__((vector_size(32)));
+  typedef float f32x4 __attribute__((vector_size(16)));
+  typedef float f32x2 __attribute__((vector_size(8)));
+  f32x8 h8[2];
+  std::memcpy(h8, &v, sizeof v);
+  const f32x8 s8 = h8[0] + h8[1];
+  f32x4 h4[2];
+  std::memcpy(h4, &s8, sizeof s8);
+  const f32x4 s4 = h4[0] + h4[1];
+  f32x2 h2[2];
+  std::memcpy(h2, &s4, sizeof s4);
+  const f32x2 s2 = h2[0] + h2[1];
+  return s2[0] + s2[1];
 }
 
 // The sum of squares of chunk(i, n) over a row of `dim` elements, chunk giving the 16 lanes from i
