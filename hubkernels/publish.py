@@ -482,15 +482,14 @@ def package_api(package_dir: Path) -> tuple[str | None, list[tuple[str, str]]]:
     exports: list[str] = []
     docs: dict[str, str] = {}
     for node in tree.body:
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
-            try:
-                exports = [str(x) for x in ast.literal_eval(node.value)]
-            except ValueError:
-                pass
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+                try:
+                    exports = [str(x) for x in ast.literal_eval(node.value)]
+                except ValueError:
+                    pass
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node)
             if doc:
                 docs[node.name] = doc.strip().splitlines()[0]
