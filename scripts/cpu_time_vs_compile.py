@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from hubkernels import get_local_kernel  # noqa: E402
-from hubkernels.verify import _ops  # noqa: E402
+from hubkernels.author.verify import op_checks as _ops  # noqa: E402
 
 
 def thread_samples(fns: dict[str, Callable[..., Any]], inputs: Sequence[tuple], iters: int) -> dict[str, list[float]]:
