@@ -7,6 +7,7 @@ set here, before any test module imports it; the server itself starts on first u
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -34,6 +35,11 @@ if os.environ.get("HUBKERNELS_BACKEND") == "cpu":
     # HF `kernels` has no way to ask for CPU variants there but its backend= argument, so the tests that
     # cross-check against it skip (pytest.importorskip("kernels") reports why); hubkernels runs in full.
     sys.modules["kernels"] = None  # type: ignore[assignment]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's caches, hub and builds go with the session (1-2 GB a run otherwise stays in /tmp)."""
+    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
