@@ -41,6 +41,7 @@ BUILD_REQUIREMENTS = (
     "numpy",
     "pyelftools>=0.31",
     "kernel-abi-check>=0.14",
+    "tomli>=2; python_version < '3.11'",  # hubkernels reads build.toml in the toolchain too
 )
 #: The nvidia-cuda-* wheels that make a CUDA_HOME (13.x wheels ship the whole nvcc; 12.x ones only ptxas).
 CUDA_WHEELS = ("nvidia-cuda-nvcc", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cuda-crt", "nvidia-nvvm")

@@ -251,8 +251,7 @@ def _swap_processors(model: "nn.Module", entry: dict[str, Any], processor_cls: t
         original = attn.__dict__.get(_ORIGINAL_PROCESSOR, current) if type(current) is processor_cls else current
         new = processor_cls()
         # Keep the attention backend and parallel config chosen with set_attention_backend / parallelism.
-        new._attention_backend = current._attention_backend
-        new._parallel_config = current._parallel_config
+        _carry_processor_settings(current, new)
         attn.__dict__[_ORIGINAL_PROCESSOR] = original
         attn.set_processor(new)
         swapped += 1
@@ -265,12 +264,19 @@ def _custom_processors(model: "nn.Module", entry: dict[str, Any], processor_cls:
     return any(type(m.processor) not in (stock, processor_cls) for m in model.modules() if type(m) is attention)
 
 
+def _carry_processor_settings(source: Any, target: Any) -> None:
+    """Copy the attention backend and parallel config a processor holds (diffusers versions before 0.36 have
+    neither; those that have them set them with set_attention_backend / enable_parallelism)."""
+    for name in ("_attention_backend", "_parallel_config"):
+        if hasattr(source, name):
+            setattr(target, name, getattr(source, name))
+
+
 def _restore_processor(attn: Any) -> None:
     original = attn.__dict__.pop(_ORIGINAL_PROCESSOR, None)
     if original is not None:
         current: Any = attn.processor
-        original._attention_backend = current._attention_backend
-        original._parallel_config = current._parallel_config
+        _carry_processor_settings(current, original)
         attn.set_processor(original)
 
 

@@ -370,6 +370,8 @@ class LTXVideoAttnProcessor:
         key = key.unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
 
+        # diffusers before 0.36 has no context parallelism: its dispatch takes no parallel_config
+        parallel = {} if self._parallel_config is None else {"parallel_config": self._parallel_config}
         hidden_states = model_module.dispatch_attention_fn(
             query,
             key,
@@ -378,7 +380,7 @@ class LTXVideoAttnProcessor:
             dropout_p=0.0,
             is_causal=False,
             backend=self._attention_backend,
-            parallel_config=self._parallel_config,
+            **parallel,
         )
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         hidden_states = attn.to_out[0](hidden_states)
