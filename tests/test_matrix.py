@@ -22,7 +22,7 @@ import pytest
 
 from hubkernels.builder.matrix import DEFAULT_CUDA, DEFAULT_TORCH, format_table, plan, run_matrix
 from hubkernels.builder.symbols import shipped_tables
-from hubkernels.builder.toolchain import ToolchainUnavailable, cuda_home, toolchain
+from hubkernels.builder.toolchain import ToolchainError, ToolchainUnavailable, cuda_home, toolchain
 from hubkernels.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +119,34 @@ def test_the_table_lists_every_variant_with_its_status_time_and_size():
     )
     assert re.search(r"torch212-cxx11-cpu-x86_64-linux +built", table) and "42.0 s" in table and "2.0 KB" in table
     assert "torch-stable-abi211-cu126-x86_64-linux: CUDA 12.6: no local toolkit" in table
+
+
+def test_a_toolchain_whose_interpreter_is_gone_is_made_again_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A toolchain venv whose python links to a deleted venv (what Python 3.10 made) is redone, never handed out."""
+    monkeypatch.setenv("HUBKERNELS_TOOLCHAINS", str(tmp_path))
+    root = tmp_path / f"py{sys.version_info[0]}{sys.version_info[1]}-torch2.99"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "python").symlink_to(tmp_path / "deleted-venv" / "bin" / "python")
+    (root / "toolchain.json").write_text('{"torch": "2.99.0", "cuda": null}')
+    (root / ".complete").write_text("2026-01-01T00:00:00Z")
+    said: list[str] = []
+    with pytest.raises(ToolchainError, match="torch 2.99"):
+        toolchain("2.99", say=said.append)  # made again, and the index has no torch 2.99
+    assert any("broken" in line for line in said), said
+
+
+def test_a_toolchain_venv_links_the_real_interpreter_not_the_venv_it_was_made_from(tmp_path: Path):
+    """Made from inside a venv that is later deleted, a toolchain must still run (Python 3.10 linked that venv)."""
+    outer = tmp_path / "outer"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(outer)], check=True, timeout=120)
+    probe = "from hubkernels.builder.toolchain import _base_python; print(_base_python())"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path[1:]])}
+    out = subprocess.run([str(outer / "bin" / "python"), "-c", probe], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    base = Path(out.stdout.strip().splitlines()[-1])
+    assert outer not in base.parents and base.is_file()
+    shutil.rmtree(outer)
+    assert subprocess.run([str(base), "-c", "import venv"], timeout=60).returncode == 0
 
 
 # -- toolchains: real torch releases from the package index ----------------------------------------------------

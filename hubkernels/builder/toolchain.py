@@ -96,7 +96,7 @@ def torch_env(version: str, *, say: Say = _log) -> tuple[Path, dict[str, str]]:
 
     def make() -> None:
         say(f"  toolchain torch {version}: creating a virtual environment in {root}")
-        _run([sys.executable, "-m", "venv", str(root)], f"creating the venv for torch {version}")
+        _run([_base_python(), "-m", "venv", str(root)], f"creating the venv for torch {version}")
         say(
             f"  toolchain torch {version}: installing torch=={version}.* and the build requirements (pip; a CUDA "
             "build of torch is several GB on a cold cache)"
@@ -123,9 +123,18 @@ def torch_env(version: str, *, say: Say = _log) -> tuple[Path, dict[str, str]]:
         (root / "toolchain.json").write_text(out.strip().splitlines()[-1])
         (root / "requirements.txt").write_text("\n".join(BUILD_REQUIREMENTS))
 
-    _once(root, make, say, f"torch {version}")
+    _once(root, make, say, f"torch {version}", usable=lambda: python.exists())
     _upgrade_requirements(root, python, say)
     return python, json.loads((root / "toolchain.json").read_text())
+
+
+def _base_python() -> str:
+    """The interpreter a toolchain's venv points at: the real one, never the venv we run in (which may go away).
+
+    Python 3.10's venv links a venv made from inside another venv to that venv's python, so deleting the first
+    venv broke every toolchain it had made; 3.11 and newer link the base interpreter themselves.
+    """
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
 def _upgrade_requirements(root: Path, python: Path, say: Say) -> None:
@@ -200,16 +209,20 @@ def _check_version(what: str, version: str) -> None:
         raise ToolchainError(f"{what} version {version!r}: write major.minor, e.g. 2.12 or 13.0")
 
 
-def _once(root: Path, make: Callable[[], None], say: Say, label: str) -> None:
-    """Run `make` unless `root` is complete; under a lock, redoing a half-made one."""
+def _once(
+    root: Path, make: Callable[[], None], say: Say, label: str, usable: Callable[[], bool] = lambda: True
+) -> None:
+    """Run `make` unless `root` is complete and `usable`; under a lock, redoing a half-made or broken one."""
     from filelock import FileLock
 
-    if (root / _MARKER).is_file():
+    if (root / _MARKER).is_file() and usable():
         return
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root) + ".lock"):
         if (root / _MARKER).is_file():
-            return
+            if usable():
+                return
+            say(f"  toolchain {label}: {root} is broken (its interpreter is gone); making it again")
         shutil.rmtree(root, ignore_errors=True)
         start = time.monotonic()
         try:
