@@ -135,6 +135,19 @@ def test_a_toolchain_whose_interpreter_is_gone_is_made_again_not_used(monkeypatc
     assert any("broken" in line for line in said), said
 
 
+def test_a_torch_a_pip_constraint_refuses_is_reported_unavailable_naming_the_constraint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    """A machine whose pip config caps torch (a CI image, a company mirror) gets the cap named, not pip's riddle."""
+    monkeypatch.setenv("HUBKERNELS_TOOLCHAINS", str(tmp_path / "toolchains"))
+    cap = tmp_path / "constraints.txt"
+    cap.write_text("torch<=2.9.1\n")
+    monkeypatch.setenv("PIP_CONSTRAINT", str(cap))
+    with pytest.raises(ToolchainUnavailable, match=r"torch 2\.13: a pip constraint .*torch<=2\.9\.1.*PIP_CONSTRAINT"):
+        toolchain("2.13", say=lambda _: None)
+    assert not (tmp_path / "toolchains" / f"py{sys.version_info[0]}{sys.version_info[1]}-torch2.13").exists()
+
+
 def test_a_toolchain_venv_links_the_real_interpreter_not_the_venv_it_was_made_from(tmp_path: Path):
     """Made from inside a venv that is later deleted, a toolchain must still run (Python 3.10 linked that venv)."""
     outer = tmp_path / "outer"

@@ -108,12 +108,12 @@ def torch_env(version: str, *, say: Say = _log) -> tuple[Path, dict[str, str]]:
                 "pip",
                 "install",
                 "--disable-pip-version-check",
-                "-q",
+                "--progress-bar=off",  # not -q: pip names the constraint that refused a release only without it
                 f"torch=={version}.*",
                 *BUILD_REQUIREMENTS,
             ],
             f"installing torch {version}",
-            unavailable=_no_release(version),
+            unavailable=_no_release(f"torch {version}"),
         )
         probe = (
             "import json, torch; print(json.dumps({'torch': torch.__version__.split('+')[0], "
@@ -250,6 +250,12 @@ def _no_release(what: str) -> Callable[[str], str | None]:
     def reason(log: str) -> str | None:
         if "No matching distribution" in log or "Could not find a version" in log:
             return f"{what}: the package index has no matching release for this machine (pip: no matching distribution)"
+        caps = re.findall(r"The user requested \(constraint\) (\S+)", log)
+        if caps:
+            return (
+                f"{what}: a pip constraint on this machine refuses it ({', '.join(dict.fromkeys(caps))}); "
+                "`pip config list` and PIP_CONSTRAINT show where it is set: lift it, or ask for a version it admits"
+            )
         return None
 
     return reason
