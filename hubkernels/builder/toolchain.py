@@ -123,7 +123,7 @@ def torch_env(version: str, *, say: Say = _log) -> tuple[Path, dict[str, str]]:
         (root / "toolchain.json").write_text(out.strip().splitlines()[-1])
         (root / "requirements.txt").write_text("\n".join(BUILD_REQUIREMENTS))
 
-    _once(root, make, say, f"torch {version}", usable=lambda: python.exists())
+    _once(root, make, say, f"torch {version}", usable=python.exists)
     _upgrade_requirements(root, python, say)
     return python, json.loads((root / "toolchain.json").read_text())
 
