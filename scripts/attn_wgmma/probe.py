@@ -1,0 +1,162 @@
+"""Probe: the sm_90a wgmma attention (attn_wgmma.cu) on LTX-Video's self-attention shape, cuDNN in the same run.
+
+python scripts/attn_wgmma/probe.py [variant ...]   (on the GPU machine; compiles the .cu with nvcc first)
+Each variant runs in its own process with a time limit, so a hang costs seconds, not the lease.
+Prints a table; writes $OUT/attn_wgmma_probe.json.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SO = Path(os.environ.get("ATTN_SO", "/tmp/attn_wgmma.so"))
+B, H, N, D = 2, 32, 6144, 64
+FLOPS = 4 * B * H * N * N * D
+
+
+def build() -> str:
+    cmd = [
+        "nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-shared", "-Xcompiler", "-fPIC",
+        "-Xptxas", "-v", "-o", str(SO), str(HERE / "attn_wgmma.cu"),
+    ]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(r.stderr[-4000:])
+    sass = subprocess.run(["cuobjdump", "--dump-sass", str(SO)], capture_output=True, text=True).stdout
+    counts, fn = {}, None
+    for ln in sass.splitlines():
+        if "Function :" in ln:
+            fn = ln.split("Function :")[1].strip()
+            counts[fn] = {}
+        for op in ("HGMMA", "MUFU.EX2", "SYNCS", "UTMALDG", "LDL", "STL", "WARPSYNC", "BAR.SYNC"):
+            if fn and f" {op}" in ln:
+                counts[fn][op] = counts[fn].get(op, 0) + 1
+    return r.stderr + "\n" + "\n".join(f"Used-sass {k[-60:]}: {v}" for k, v in counts.items())
+
+
+def sets(torch, dev, seed):
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    q, k, v = (torch.randn(B, N, H, D, device=dev, dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    bias = 6.0 * torch.randn(1, 1, H, D, device=dev, generator=gen)  # channel outliers in K
+    return {"gaussian": (q, k, v), "k-outliers": (q, (k.float() + bias).to(torch.bfloat16), v)}
+
+
+def sdpa(torch, q, k, v, backend):
+    from torch.nn.attention import sdpa_kernel
+
+    with sdpa_kernel(backend):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        ).transpose(1, 2)
+
+
+def quality(o, ref):
+    import torch
+
+    o, ref = o.double().flatten(), ref.double().flatten()
+    cos = torch.nn.functional.cosine_similarity(o, ref, dim=0).item()
+    return cos, ((o - ref).abs().sum() / ref.abs().sum()).item()
+
+
+def one(variant: int) -> dict:
+    """Check one variant against fp32 attention on two fresh input sets, then time it."""
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend
+
+    lib = ctypes.CDLL(str(SO))
+    lib.ltx_attn_fwd.argtypes = (
+        [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    )
+    lib.ltx_attn_variant.restype = ctypes.c_char_p
+    dev = torch.device("cuda")
+
+    def run(q, k, v, o):
+        stream = torch.cuda.current_stream().cuda_stream
+        rc = lib.ltx_attn_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), B, N, H, D**-0.5, stream, variant)
+        if rc:
+            raise RuntimeError(f"ltx_attn_fwd returned {rc}")
+        return o
+
+    res = {"variant": variant, "name": lib.ltx_attn_variant(variant).decode()}
+    for seed in (1, 2):
+        for name, (q, k, v) in sets(torch, dev, seed).items():
+            o = torch.full_like(q, float("nan"))
+            run(q, k, v, o)
+            torch.cuda.synchronize()
+            ref = sdpa(torch, q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
+            cos, l1 = quality(o, ref)
+            res.setdefault("quality", []).append([seed, name, cos, l1, bool(torch.isnan(o).any())])
+    q, k, v = sets(torch, dev, 3)["gaussian"]
+    o = torch.empty_like(q)
+    res["ms"] = triton.testing.do_bench(lambda: run(q, k, v, o), warmup=50, rep=300, return_mode="median")
+    return res
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--one":
+        print("RESULT " + json.dumps(one(int(argv[1]))), flush=True)
+        return 0
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend
+
+    log = build()
+    regs = [ln.strip() for ln in log.splitlines() if "Used" in ln or "spill" in ln]
+    print(torch.__version__, torch.cuda.get_device_name(), flush=True)
+    variants = [int(a) for a in argv] or list(range(14))
+    out: dict = {"ptxas": regs, "variants": [], "errors": {}}
+    for var in variants:
+        start = time.time()
+        try:
+            r = subprocess.run(
+                [sys.executable, __file__, "--one", str(var)], capture_output=True, text=True, timeout=40
+            )
+        except subprocess.TimeoutExpired:
+            out["errors"][var] = "timed out (hang?)"
+            print(var, "TIMEOUT", flush=True)
+            continue
+        lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+        if r.returncode or not lines:
+            out["errors"][var] = (r.stdout + r.stderr)[-1500:]
+            print(var, "FAILED", out["errors"][var][-600:], flush=True)
+            continue
+        res = json.loads(lines[0][7:])
+        out["variants"].append(res)
+        worst = min(x[2] for x in res["quality"])
+        print(
+            f"{var} {res['name']:26} {res['ms'] * 1e3:8.1f} us {FLOPS / res['ms'] / 1e9:6.1f} TFLOP/s "
+            f"worst cos {worst:.6f} ({time.time() - start:.0f} s)",
+            flush=True,
+        )
+    dev = torch.device("cuda")
+    s = sets(torch, dev, 3)
+    q, k, v = s["gaussian"]
+    out["cudnn_ms"] = triton.testing.do_bench(
+        lambda: sdpa(torch, q, k, v, SDPBackend.CUDNN_ATTENTION), warmup=50, rep=300, return_mode="median"
+    )
+    out["cudnn_quality"] = []
+    for name, (q_, k_, v_) in s.items():
+        ref = sdpa(torch, q_.float(), k_.float(), v_.float(), SDPBackend.EFFICIENT_ATTENTION)
+        out["cudnn_quality"].append([name, *quality(sdpa(torch, q_, k_, v_, SDPBackend.CUDNN_ATTENTION), ref)])
+    print(f"{'cudnn bf16':28} {out['cudnn_ms'] * 1e3:8.1f} us {FLOPS / out['cudnn_ms'] / 1e9:6.1f} TFLOP/s")
+    for row in out["cudnn_quality"]:
+        print("cudnn", row)
+    for res in out["variants"]:
+        for row in res["quality"]:
+            print(res["variant"], row)
+    print("\n".join(regs))
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "attn_wgmma_probe.json").write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
