@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .builder.slice import slice_variant
+from .builder.slice import slice_variant, sm_of
 from .builder.wheel import WheelVariant, pack, slice_label, variant_json, variant_or_none, wheel_variant
 from .config import BuildConfig, load_config
 from .digest import violations
@@ -328,9 +328,10 @@ def _artifacts(vdir: Path, meta: Metadata, out: Path) -> list[tuple[Path, WheelV
     variant = Variant.parse(vdir.name)
     wv = variant_or_none(variant, meta)
     found: list[tuple[Path, WheelVariant | None]] = [(pack(vdir, out, any_variant=True), wv)]
-    if wv is None or meta.backend_type != "cuda" or len(meta.archs) < 2:
+    by_sm = {sm_of(a): a for a in reversed(meta.archs)}  # one slice per SM: `9.0` and `9.0a` both run on sm_90
+    if wv is None or meta.backend_type != "cuda" or len(by_sm) < 2:
         return found
-    for arch in meta.archs:
+    for arch in sorted(by_sm.values(), key=sm_of):
         sliced = slice_variant(vdir, arch, out / "slices" / arch)
         props = wheel_variant(variant, Metadata.read(sliced)).properties
         found.append((pack(sliced, out / arch, sliced=True), WheelVariant(slice_label(wv.label, arch), props)))

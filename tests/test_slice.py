@@ -163,6 +163,26 @@ def test_upload_publishes_a_slice_per_arch_and_the_loader_downloads_only_its_arc
     assert 0 < received["9.0"] < 0.85 * received[None]
 
 
+@needs_nvcc
+def test_an_arch_specific_target_shares_its_sms_slice(hub, cuda_kernel: Path, tmp_path: Path) -> None:
+    """A variant that also lists `9.0a` (a kernel built for wgmma, like ltx-kernels' attention) gets one sm_90
+    slice (sliced once), and the upload does not stop at an arch name it cannot read."""
+    from huggingface_hub import HfApi
+
+    from hubkernels.publish import upload
+
+    root = tmp_path / "mini-cuda"
+    shutil.copytree(cuda_kernel, root)
+    meta = Metadata.read(root / "build" / VARIANT)
+    meta.backend = {"type": "cuda", "archs": ["8.0", "9.0", "9.0a"]}
+    meta.write(root / "build" / VARIANT)
+    repo_id = new_repo()
+    result = upload(root, repo_id=repo_id, source=False)
+    wheels = HfApi().list_repo_files(repo_id, revision=result.commit, repo_type="kernel")
+    labels = sorted(w.rsplit("-", 1)[1] for w in wheels if w.startswith(f"wheels/{VARIANT}/"))
+    assert labels == ["cu130.whl", "cu130_sm80.whl", "cu130_sm90.whl"]
+
+
 @pytest.mark.gpu
 def test_the_sm90_slice_of_ltx_kernels_loads_and_runs_on_the_gpu(hub, ltx_build, tmp_path: Path) -> None:
     """On an sm_90 GPU: ltx-kernels' CUDA variant, uploaded with its slices, loads as the sm_90 slice and its ops

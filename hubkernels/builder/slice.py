@@ -35,8 +35,8 @@ class SliceError(HubkernelsError):
 
 
 def sm_of(arch: str) -> int:
-    """`9.0` / `9.0+PTX` / `sm_90` -> 90."""
-    text = arch.removesuffix("+PTX").removeprefix("sm_")
+    """`9.0` / `9.0a` / `10.0f` / `9.0+PTX` / `sm_90` -> 90 (an arch-specific or family target runs on that SM)."""
+    text = arch.removesuffix("+PTX").removeprefix("sm_").rstrip("af")
     major, _, minor = text.partition(".")
     return int(major) * 10 + int(minor or 0) if minor or "." in text else int(text)
 
