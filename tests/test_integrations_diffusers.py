@@ -436,6 +436,33 @@ def test_kernelize_from_the_hub_by_repo_id(hub, ltx_build):
 
 
 @pytest.mark.gpu
+def test_on_an_h100_or_h200_ltx_self_attention_runs_the_kernels_attention(ltx):
+    """Head dim 64 in bf16 on sm_90: the kernelized processor's self-attention is ltx_kernels.attention, eager
+    and compiled whole; with diffusers' attention backend chosen ("native"), torch's SDPA again."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the attention kernel is built for sm_90a (H100, H200)")
+    config = dict(TINY_CONFIG, attention_head_dim=64)
+    model = tiny_ltx(config, dtype=torch.bfloat16, device="cuda")
+    inputs = ltx_inputs(config, tokens=(4, 8, 12), dtype=torch.bfloat16, device="cuda")
+    with torch.no_grad():
+        ref = model(**inputs)[0].float()
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        calls = op_calls(lambda: model(**inputs))
+        eager = model(**inputs)[0].float()
+        torch._dynamo.reset()
+        compiled_model = torch.compile(model, fullgraph=True)
+        compiled = compiled_model(**inputs)[0].float()
+        compiled_calls = op_calls(lambda: compiled_model(**inputs))
+        model.set_attention_backend("native")
+        native_calls = op_calls(lambda: model(**inputs))
+        model.reset_attention_backend()
+    assert calls["attention"] == compiled_calls["attention"] == LAYERS  # self-attention; cross-attention: SDPA
+    assert "attention" not in native_calls
+    torch.testing.assert_close(eager, ref, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(compiled, ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("per_token", [False, True], ids=["t2v", "per-token-timesteps"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_kernelized_ltx_on_cuda_matches_diffusers_eager_and_compiled(ltx, dtype, per_token):

@@ -32,6 +32,7 @@
 #include <torch/csrc/stable/macros.h>
 
 #include "ltx_cuda.h"
+#include "ltx_cuda_sm90.h"
 #endif
 
 // STABLE_TORCH_LIBRARY pastes and stringifies its namespace argument, so expand
@@ -593,6 +594,43 @@ std::tuple<Tensor, Tensor> qk_rms_norm_rope_grid(const Tensor& q_in, const Tenso
   return {q_out, k_out};
 }
 
+#if defined(CUDA_KERNEL)
+// Self-attention over [B, S, H, 64] bf16 q, k, v on an sm_90 GPU: the kernel is built for sm_90a only, so
+// ltx_kernels.attention checks the device first and calls torch's SDPA elsewhere.
+Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {
+  constexpr const char* op = "attention";
+  check_input(op, q_in, "q");
+  require(q_in.dim() == 4 && q_in.size(3) == 64, op,
+          "q must be [batch, tokens, heads, 64] (the head dimension is 64), got shape ",
+          shape_name(q_in.sizes()));
+  require(q_in.scalar_type() == ScalarType::BFloat16, op, "q has dtype ", dtype_name(q_in.scalar_type()),
+          "; the kernel takes bfloat16 (torch.nn.functional.scaled_dot_product_attention takes the others)");
+  const auto like_q = [&](const Tensor& t, const char* name) {
+    check_device(op, q_in, t, name, "q");
+    check_same_dtype(op, q_in, t, name, "q");
+    require(shape_of(t) == shape_of(q_in), op, name, " has shape ", shape_name(t.sizes()), " but q has ",
+            shape_name(q_in.sizes()), "; self-attention takes q, k and v of one shape");
+  };
+  like_q(k_in, "k");
+  like_q(v_in, "v");
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q_in.get_device_index());
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, q_in.get_device_index());
+  require(major == 9 && minor == 0, op, "needs an sm_90 GPU (H100, H200); ", device_name(q_in.device()),
+          " is sm_", std::to_string(major * 10 + minor),
+          "; use torch.nn.functional.scaled_dot_product_attention there (ltx_kernels.attention does)");
+  const Launch launch(q_in);
+  const Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in);
+  Tensor out = output_like(q);
+  if (q.numel() == 0) return out;
+  const char* why = ltx_cuda_sm90::attention(ptr(out), ptr(q), ptr(k), ptr(v), q.size(0), q.size(1), q.size(2),
+                                             static_cast<float>(scale), launch.stream());
+  require(why == nullptr, op, why ? why : "");
+  launch.check();
+  return out;
+}
+#endif
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -615,6 +653,7 @@ LTX_LIBRARY(TORCH_EXTENSION_NAME, m) {
   m.def(
       "qk_rms_norm_rope_grid(Tensor q, Tensor k, Tensor weight_q, Tensor weight_k, Tensor pos, "
       "Tensor freqs, float eps) -> (Tensor, Tensor)");
+  m.def("attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
 }
 
 #if defined(CPU_KERNEL)
@@ -632,6 +671,9 @@ LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, LTX_DISPATCH_KEY, m) {
   m.impl("gated_residual", TORCH_BOX(&gated_residual));
   m.impl("qk_rms_norm_rope", TORCH_BOX(&qk_rms_norm_rope));
   m.impl("qk_rms_norm_rope_grid", TORCH_BOX(&qk_rms_norm_rope_grid));
+#if defined(CUDA_KERNEL)
+  m.impl("attention", TORCH_BOX(&attention));
+#endif
 }
 
 // An empty Python module, so `from . import <id>` loads this library (and runs the registrations

@@ -213,3 +213,19 @@ def _qk_rms_norm_rope_grid_fake(
     _check_float_table(op, q, pos, "pos", [*q.shape[:-1], 3], "positions (frame, height, width per token)")
     _check_float_table(op, q, freqs, "freqs", [q.shape[-1] // 6], "RoPE frequencies (hidden size / 6)")
     return _out(q), _out(k)
+
+
+@torch.library.register_fake(add_op_namespace_prefix("attention"))
+def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    op = "attention"
+    _check_input(op, q, "q")
+    if q.dim() != 4 or q.shape[-1] != 64:
+        _fail(op, f"q must be [batch, tokens, heads, 64] (the head dimension is 64), got shape {list(q.shape)}")
+    if q.dtype != torch.bfloat16:
+        _fail(op, f"q has dtype {q.dtype}; the kernel takes bfloat16 (torch's SDPA takes the others)")
+    for t, name in ((k, "k"), (v, "v")):
+        _check_device(op, q, t, name, "q")
+        _check_dtype(op, q, t, name, "q")
+        if t.shape != q.shape:
+            _fail(op, f"{name} has shape {list(t.shape)} but q has {list(q.shape)}; self-attention takes one shape")
+    return _out(q)

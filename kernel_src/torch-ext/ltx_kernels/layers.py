@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._attention import attention, attention_on_kernel
 from ._linear import linear_gelu_tanh
 from ._ops import ops
 from ._rope_tables import rope_positions, rope_tables
@@ -305,8 +306,10 @@ class LTXVideoRotaryPosEmbed(nn.Module):
 class LTXVideoAttnProcessor:
     """Diffusers' ``LTXVideoAttnProcessor`` with the attention prologue fused: with RoPE (self-attention),
     q/k RMSNorm + RoPE is one ``qk_rms_norm_rope_grid`` (given ``LTXRopePositions``) or ``qk_rms_norm_rope``
-    (given cos/sin) call; otherwise the q/k norms run as modules. Attention goes through the model module's
-    ``dispatch_attention_fn`` with this processor's backend and parallel config, as in the original."""
+    (given cos/sin) call; otherwise the q/k norms run as modules. Unmasked self-attention with no backend or
+    parallel config chosen runs ``ltx_kernels.attention``'s kernel where it can (an sm_90 GPU, bf16, head dim 64);
+    everything else goes through the model module's ``dispatch_attention_fn`` with this processor's backend and
+    parallel config, as in the original."""
 
     has_backward = False
     can_torch_compile = True
@@ -370,18 +373,26 @@ class LTXVideoAttnProcessor:
         key = key.unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
 
-        # diffusers before 0.36 has no context parallelism: its dispatch takes no parallel_config
-        parallel = {} if self._parallel_config is None else {"parallel_config": self._parallel_config}
-        hidden_states = model_module.dispatch_attention_fn(
-            query,
-            key,
-            value,
-            attn_mask=attention_mask,
-            dropout_p=0.0,
-            is_causal=False,
-            backend=self._attention_backend,
-            **parallel,
-        )
+        if (
+            attention_mask is None
+            and self._attention_backend is None
+            and self._parallel_config is None
+            and attention_on_kernel(query, key, value)
+        ):
+            hidden_states = attention(query, key, value)  # this package's kernel on sm_90, same layout
+        else:
+            # diffusers before 0.36 has no context parallelism: its dispatch takes no parallel_config
+            parallel = {} if self._parallel_config is None else {"parallel_config": self._parallel_config}
+            hidden_states = model_module.dispatch_attention_fn(
+                query,
+                key,
+                value,
+                attn_mask=attention_mask,
+                dropout_p=0.0,
+                is_causal=False,
+                backend=self._attention_backend,
+                **parallel,
+            )
         hidden_states = hidden_states.flatten(2, 3).to(query.dtype)
         hidden_states = attn.to_out[0](hidden_states)
         return attn.to_out[1](hidden_states)

@@ -1,0 +1,324 @@
+// attention.cuh: self-attention forward on Hopper (sm_90a), head dim 64, bf16 in and out, fp32 softmax and
+// accumulators. q, k, v and the output are [B, S, H, 64] with contiguous rows (the projection's own layout).
+//
+// One CTA: BM = 64 * NWG queries of one (batch, head). Warpgroup 0 produces: one thread copies the Q tile once
+// and K/V tiles of BN tokens into a STAGES-deep ring with the bulk tensor copy engine (128-byte swizzle, which
+// is the wgmma operand layout). Warpgroups 1..NWG consume 64 queries each: S = Q K^T by wgmma from shared
+// memory, online softmax in registers (exp2 domain), O += P V by wgmma with P in registers and V read
+// transposed. The NWG consumers interleave on the SM, so one's softmax runs while another's wgmma does.
+// Out-of-range tokens of the last tiles arrive as zeros; their scores are masked and their rows not stored.
+// attention.cu instantiates the shipped configuration; the probe in scripts/attn_wgmma times others.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "wgmma.cuh"
+
+namespace ltx_cuda_sm90 {
+
+constexpr int kHeadDim = 64;
+constexpr int kRowBytes = kHeadDim * 2;  // one token's head: exactly one 128-byte swizzle row
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// Bulk tensor copy of `rows` tokens of one head, starting at token s, into 128B-swizzled shared memory.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint64_t* bar, int s, int h, int b) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(0), "r"(h), "r"(s), "r"(b)
+      : "memory");
+}
+
+// wgmma shared-memory descriptor for a 128B-swizzled tile of 128-byte rows: 1024 B between 8-row groups.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  uint64_t d = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>(1) << 16;          // leading byte offset: unused by these layouts
+  d |= static_cast<uint64_t>(1024 >> 4) << 32;  // stride byte offset
+  d |= static_cast<uint64_t>(1) << 62;          // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Keeps the compiler from reading accumulators before the wgmma that writes them has been waited for.
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// S[64 x BN] = Q[64 x 64] K[BN x 64]^T: four k16 steps of 32 bytes along the swizzled rows.
+template <int BN>
+__device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t k_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    const uint64_t da = desc_sw128(q_addr + kk * 32), db = desc_sw128(k_addr + kk * 32);
+    if constexpr (BN == 64) wgmma_ss_n64(s, da, db, kk > 0);
+    if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);
+  }
+}
+
+// O[64 x 64] += P[64 x BN] V[BN x 64]: BN/16 steps of 16 tokens (2 KB of V each).
+template <int BN>
+__device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], desc_sw128(v_addr + kk * 16 * kRowBytes));
+}
+
+// Scores of tokens at or past `tokens` (the last tile's zero rows) become -inf.
+template <int BN>
+__device__ __forceinline__ void mask_tail(float (&s)[BN / 2], int first, int tokens, int lane) {
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i)
+    if (first + 8 * (i / 4) + 2 * (lane % 4) + (i & 1) >= tokens) s[i] = -INFINITY;
+}
+
+// Online softmax of one S tile in place (S becomes P, unnormalised): m is the running row max in the exp2
+// domain, l this thread's share of the row sum, alpha the factor that rescales the previous state.
+template <int BN>
+__device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                        float scale_log2) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float m_new = fmaxf(m[h], mx[h] * scale_log2);
+    alpha[h] = ex2(m[h] - m_new);
+    m[h] = m_new;
+  }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {
+    const int h = (i >> 1) & 1;
+    s[i] = ex2(fmaf(s[i], scale_log2, -m[h]));
+    sum[h] += s[i];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
+}
+
+template <int BM, int BN, int STAGES>
+struct Smem {
+  alignas(1024) uint8_t q[BM * kRowBytes];
+  alignas(1024) uint8_t k[STAGES][BN * kRowBytes];
+  alignas(1024) uint8_t v[STAGES][BN * kRowBytes];
+  uint64_t q_full;
+  uint64_t k_full[STAGES];
+  uint64_t v_full[STAGES];
+  uint64_t empty[STAGES];
+};
+
+template <int NWG>
+__host__ __device__ constexpr int consumer_registers() {
+  return NWG == 2 ? 240 : 160;  // what 65536 registers leave after the producer's 24 x 128
+}
+
+template <int NWG, int BN, int STAGES>
+__global__ void __launch_bounds__(128 * (NWG + 1), 1)
+    attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+                     const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
+                     int heads, float scale_log2) {
+  static_assert(NWG == 2 || NWG == 3, "two or three consumer warpgroups");
+  constexpr int BM = 64 * NWG;
+  using Sm = Smem<BM, BN, STAGES>;
+  extern __shared__ uint8_t raw[];
+  Sm& sm = *reinterpret_cast<Sm*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z;
+  const int n_tiles = (tokens + BN - 1) / BN;
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    mbar_init(&sm.q_full, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&sm.k_full[s], 1);
+      mbar_init(&sm.v_full[s], 1);
+      mbar_init(&sm.empty[s], 4 * NWG);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    if (t == 0) {
+      mbar_expect_tx(&sm.q_full, BM * kRowBytes);
+      tma_load(sm.q, &tq, &sm.q_full, m0, h, b);
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % STAGES;
+        if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
+        mbar_expect_tx(&sm.k_full[s], BN * kRowBytes);
+        tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+        mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+        tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_registers<NWG>()));
+    const int w = wg - 1, lane = t % 32;
+    const uint32_t q_addr = smem_addr(sm.q) + w * 64 * kRowBytes;
+    float o[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+    uint32_t p[BN / 16][4];
+    mbar_wait(&sm.q_full, 0);
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % STAGES;
+      const uint32_t phase = (j / STAGES) & 1;
+      float sc[BN / 2];
+      mbar_wait(&sm.k_full[s], phase);
+      wgmma_fence();
+      qk<BN>(sc, q_addr, smem_addr(sm.k[s]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(sc);
+      if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+      softmax<BN>(sc, m, l, alpha, scale_log2);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
+      // P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+      mbar_wait(&sm.v_full[s], phase);
+      wgmma_fence();
+      pv<BN>(o, p, smem_addr(sm.v[s]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sm.empty[s]);
+    }
+
+    // finish the row sums across the quad, normalise, store bf16 pairs of the rows that exist
+    float inv[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float x = l[hh];
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      inv[hh] = 1.f / x;
+    }
+    const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = row0 + 8 * hh;
+      if (row >= tokens) continue;
+      __nv_bfloat16* dst = out + ((static_cast<size_t>(b) * tokens + row) * heads + h) * kHeadDim + 2 * (lane % 4);
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * c) =
+            __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
+    }
+  }
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's tensor-map encoder, found through the runtime (no link against libcuda).
+inline EncodeTiled encoder() {
+  static EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found;
+#if CUDART_VERSION >= 12050
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+#else
+    const cudaError_t err = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &found);
+#endif
+    const bool ok = err == cudaSuccess && found == cudaDriverEntryPointSuccess;
+    return ok ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// A contiguous [B, S, H, 64] bf16 tensor as a 4-d tensor map whose box is `rows` tokens of one head.
+inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t tokens, int64_t heads, int rows) {
+  const cuuint64_t dims[4] = {kHeadDim, cuuint64_t(heads), cuuint64_t(tokens), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {kRowBytes, cuuint64_t(heads) * kRowBytes, cuuint64_t(tokens * heads) * kRowBytes};
+  const cuuint32_t box[4] = {kHeadDim, 1, cuuint32_t(rows), 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  const EncodeTiled fn = encoder();
+  return fn && fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box, elem,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Launches one configuration; returns nullptr, or what went wrong. The launch itself is checked by the caller.
+template <int NWG, int BN, int STAGES>
+const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
+                             int64_t heads, float scale, cudaStream_t stream) {
+  constexpr int BM = 64 * NWG;
+  CUtensorMap tq, tk, tv;
+  if (!make_map(&tq, q, batch, tokens, heads, BM) || !make_map(&tk, k, batch, tokens, heads, BN) ||
+      !make_map(&tv, v, batch, tokens, heads, BN))
+    return "the CUDA driver refused the tensor maps (cuTensorMapEncodeTiled); a driver for CUDA 12 or later is "
+           "needed";
+  auto kernel = attention_kernel<NWG, BN, STAGES>;
+  constexpr int smem = sizeof(Smem<BM, BN, STAGES>) + 1024;  // + alignment of the swizzled tiles
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
+    return "could not raise the kernel's shared-memory limit on this device";
+  const dim3 grid(static_cast<unsigned>((tokens + BM - 1) / BM), static_cast<unsigned>(heads),
+                  static_cast<unsigned>(batch));
+  kernel<<<grid, 128 * (NWG + 1), smem, stream>>>(tq, tk, tv, static_cast<__nv_bfloat16*>(out),
+                                                   static_cast<int>(tokens), static_cast<int>(heads),
+                                                   scale * 1.4426950408889634f);
+  return nullptr;
+}
+
+}  // namespace ltx_cuda_sm90

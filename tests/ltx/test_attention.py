@@ -1,0 +1,104 @@
+"""ltx_kernels.attention: torch's SDPA on the CPU, the sm_90a kernel on an H100/H200, both traceable.
+
+The GPU half is the kernel's quality gate: on LTX-Video 2B's self-attention shape and on token counts that
+fill no tile, with Gaussian inputs and with channel outliers in K as real checkpoints have, the kernel's error
+against fp32 attention must be no worse than cuDNN's BF16 attention on the same inputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def _qkv(b: int, s: int, h: int, d: int = 64, *, dtype=torch.bfloat16, device="cpu", seed=0, k_outliers=False):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, s, h, d, generator=gen) for _ in range(3))
+    if k_outliers:
+        k = k + 6.0 * torch.randn(1, 1, h, d, generator=gen)  # a per-channel bias in K, as trained models have
+    return tuple(t.to(dtype).to(device) for t in (q, k, v))
+
+
+def _sdpa(q, k, v, backend=None, scale=None):
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    if backend is None:
+        return F.scaled_dot_product_attention(qt, kt, vt, scale=scale).transpose(1, 2)
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(qt, kt, vt, scale=scale).transpose(1, 2)
+
+
+def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(cosine similarity, relative L1) against the reference, in float64."""
+    o, r = out.double().flatten(), ref.double().flatten()
+    return F.cosine_similarity(o, r, dim=0).item(), ((o - r).abs().sum() / r.abs().sum()).item()
+
+
+def test_on_the_cpu_attention_is_torchs_sdpa_in_the_projection_layout(ltx):
+    q, k, v = _qkv(2, 50, 3)
+    assert not ltx.attention_on_kernel(q, k, v)
+    assert torch.equal(ltx.attention(q, k, v), _sdpa(q, k, v))
+    assert torch.equal(ltx.attention(q, k, v, scale=0.3), _sdpa(q, k, v, scale=0.3))
+
+
+def test_the_op_has_a_fake_implementation_that_checks_like_the_kernel(ltx):
+    q, k, v = (t.to("meta") for t in _qkv(2, 300, 4))
+    out = ltx.ops.attention(q, k, v, 0.125)
+    assert out.shape == q.shape and out.dtype == torch.bfloat16 and out.is_contiguous()
+    with pytest.raises(RuntimeError, match=r"ltx_kernels.attention: q must be \[batch, tokens, heads, 64\]"):
+        ltx.ops.attention(q[..., :32], k[..., :32], v[..., :32], 0.125)
+    with pytest.raises(RuntimeError, match="ltx_kernels.attention: q has dtype torch.float16; the kernel takes bf"):
+        ltx.ops.attention(q.half(), k.half(), v.half(), 0.125)
+    with pytest.raises(RuntimeError, match="ltx_kernels.attention: v has shape .* self-attention takes one shape"):
+        ltx.ops.attention(q, k, v[:, :10], 0.125)
+
+
+def test_attention_traces_whole_under_torch_compile(ltx):
+    q, k, v = _qkv(1, 40, 2, dtype=torch.float32)
+    compiled = torch.compile(lambda q, k, v: ltx.attention(q, k, v) * 2, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(q, k, v), ltx.attention(q, k, v) * 2)
+
+
+# ---- on the GPU -----------------------------------------------------------------------------------------
+
+ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_sm90 = pytest.mark.skipif(not ON_SM90, reason="the attention kernel is built for sm_90a (H100, H200)")
+
+# LTX-Video 2B's self-attention (768x512, 121 frames latent: 6144 tokens), and token counts that fill no tile
+SHAPES = [(2, 6144, 32), (1, 1000, 3), (2, 77, 4), (1, 193, 1)]
+
+
+@pytest.mark.parametrize("k_outliers", [False, True], ids=["gaussian", "k-outliers"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.gpu
+@needs_sm90
+def test_the_kernel_is_as_accurate_as_cudnn_bf16(ltx, shape, k_outliers, seed):
+    q, k, v = _qkv(*shape, device="cuda", seed=seed, k_outliers=k_outliers)
+    assert ltx.attention_on_kernel(q, k, v)
+    out = ltx.attention(q, k, v)
+    assert out.shape == q.shape and not out.isnan().any()
+    ref = _sdpa(q.float(), k.float(), v.float(), SDPBackend.MATH if shape[1] < 2000 else SDPBackend.EFFICIENT_ATTENTION)
+    cos, l1 = _errors(out, ref)
+    cos_cudnn, l1_cudnn = _errors(_sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION), ref)
+    assert 1 - cos <= (1 - cos_cudnn) * 1.10 + 1e-7, (cos, cos_cudnn)
+    assert l1 <= l1_cudnn * 1.05, (l1, l1_cudnn)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_on_the_gpu_attention_traces_whole_and_matches_eager(ltx):
+    q, k, v = _qkv(1, 500, 2, device="cuda")
+    compiled = torch.compile(lambda q, k, v: ltx.attention(q, k, v) + 1, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), ltx.attention(q, k, v) + 1)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_the_kernel_refuses_what_it_cannot_run_in_words(ltx):
+    q, k, v = _qkv(1, 64, 2, device="cuda")
+    assert not ltx.attention_on_kernel(q.half(), k.half(), v.half())  # fp16: torch's SDPA
+    torch.testing.assert_close(ltx.attention(q.half(), k.half(), v.half()), _sdpa(q.half(), k.half(), v.half()))
+    with pytest.raises(RuntimeError, match="ltx_kernels.attention: k is on cpu but q is on cuda:0"):
+        ltx.ops.attention(q, k.cpu(), v, 0.125)
