@@ -19,7 +19,9 @@ import torch
 from hubkernels.integrations import diffusers as hd
 from hubkernels.layers import Mode
 
-MODES = ("eager", "eager+kernels", "compile", "compile+kernels")
+# eager+kernels+sdpa: the kernel's layers with attention left to torch's SDPA (diffusers' "native" backend), to
+# see what the kernel's own attention adds on GPUs where it runs.
+MODES = ("eager", "eager+kernels", "eager+kernels+sdpa", "compile", "compile+kernels")
 
 
 def build_ltx(
@@ -180,14 +182,18 @@ def time_ltx_forward(
     with torch.inference_mode():
         for mode in ("eager",) + tuple(m for m in MODES if m in modes and m != "eager"):
             hd.unkernelize(model)
-            if mode.endswith("+kernels"):
+            if "+kernels" in mode:
                 kmode = Mode.INFERENCE | Mode.TORCH_COMPILE if mode.startswith("compile") else Mode.INFERENCE
                 hd.kernelize(model, kernel=kernel, mode=kmode)
+                if mode.endswith("+sdpa"):
+                    model.set_attention_backend("native")
             fn = model
             if mode.startswith("compile"):
                 torch._dynamo.reset()
                 fn = torch.compile(model, **compile_kwargs)
             times, first, out = _timed(lambda: fn(**inputs)[0], device, iters if mode in modes else 0, warmup)
+            if mode.endswith("+sdpa"):
+                model.reset_attention_backend()
             out = out.float()
             if reference is None:
                 reference = out
@@ -202,7 +208,7 @@ def time_ltx_forward(
             diff = (out - reference).abs().max().item()
             entry["max_abs_err"] = diff
             entry["rel_err"] = diff / max(reference.abs().max().item(), 1e-30)
-            if mode.endswith("+kernels"):
+            if "+kernels" in mode:
                 entry["replaced"] = dict(model._hubkernels_replaced)
             results[mode] = entry
         hd.unkernelize(model)
