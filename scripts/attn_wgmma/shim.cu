@@ -1,0 +1,38 @@
+// The probe's entry point: the shipped kernel (kernel_src/ltx_cuda_sm90/attention.cuh) in several
+// configurations, behind a C function that ctypes calls with torch's pointers and stream.
+#include <cstdio>
+
+#include "attention.cuh"
+
+namespace {
+
+struct Variant {
+  const char* name;
+  const char* (*launch)(void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, float,
+                        cudaStream_t);
+};
+
+const Variant kVariants[] = {
+    {"3wg bn128 st2 (shipped)", ltx_cuda_sm90::launch_attention<3, 128, 2>},
+    {"3wg bn128 st3", ltx_cuda_sm90::launch_attention<3, 128, 3>},
+    {"3wg bn64 st4", ltx_cuda_sm90::launch_attention<3, 64, 4>},
+    {"2wg bn128 st2", ltx_cuda_sm90::launch_attention<2, 128, 2>},
+};
+
+}  // namespace
+
+// Returns 0, 1 when the launcher refused (printing why), 2 when the launch failed, 3 for an unknown variant.
+extern "C" int ltx_attn_fwd(const void* q, const void* k, const void* v, void* o, int B, int S, int H, float scale,
+                            void* stream, int variant) {
+  if (variant < 0 || variant >= int(sizeof(kVariants) / sizeof(kVariants[0]))) return 3;
+  if (const char* why = kVariants[variant].launch(o, q, k, v, B, S, H, scale, static_cast<cudaStream_t>(stream))) {
+    std::fprintf(stderr, "%s\n", why);
+    return 1;
+  }
+  return cudaGetLastError() == cudaSuccess ? 0 : 2;
+}
+
+extern "C" const char* ltx_attn_variant(int variant) {
+  if (variant < 0 || variant >= int(sizeof(kVariants) / sizeof(kVariants[0]))) return nullptr;
+  return kVariants[variant].name;
+}
