@@ -19,18 +19,30 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 KERNEL = HERE.parent.parent / "kernel_src" / "ltx_cuda_sm90"
 SO = Path(os.environ.get("ATTN_SO", "/tmp/attn_wgmma.so"))
+# The quality gate's planted bug: the softmax's exponent rounded to bf16 before exp2 (the shipped kernel keeps fp32).
+PLANTED = Path("/tmp/attn_planted")
+PLANT = (
+    "s[i] = ex2(fmaf(s[i], scale_log2, -m[h]));",
+    "s[i] = ex2(__bfloat162float(__float2bfloat16(fmaf(s[i], scale_log2, -m[h]))));",
+)
 B, H, N, D = 2, 32, 6144, 64
 FLOPS = 4 * B * H * N * N * D
 
 
 def build() -> str:
-    cmd = [
-        "nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-shared", "-Xcompiler", "-fPIC",
-        "-Xptxas", "-v", "-I", str(KERNEL), "-o", str(SO), str(HERE / "shim.cu"),
-    ]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        raise SystemExit(r.stderr[-4000:])
+    PLANTED.mkdir(exist_ok=True)
+    for f in KERNEL.iterdir():
+        text = f.read_text()
+        (PLANTED / f.name).write_text(text.replace(*PLANT) if f.name == "attention.cuh" else text)
+    assert PLANT[1] in (PLANTED / "attention.cuh").read_text()
+    for include, so in ((KERNEL, SO), (PLANTED, PLANTED / "attn.so")):
+        cmd = [
+            "nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-shared", "-Xcompiler", "-fPIC",
+            "-Xptxas", "-v", "-I", str(include), "-o", str(so), str(HERE / "shim.cu"),
+        ]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            raise SystemExit(r.stderr[-4000:])
     sass = subprocess.run(["cuobjdump", "--dump-sass", str(SO)], capture_output=True, text=True).stdout
     counts, fn = {}, None
     for ln in sass.splitlines():
@@ -67,13 +79,18 @@ def quality(o, ref):
     return cos, ((o - ref).abs().sum() / ref.abs().sum()).item()
 
 
-def one(variant: int) -> dict:
+def gate(cos: float, l1: float, cos_cudnn: float, l1_cudnn: float) -> bool:
+    """tests/ltx/test_attention.py's quality gate: no worse than cuDNN BF16 on the same inputs."""
+    return 1 - cos <= (1 - cos_cudnn) * 1.10 + 1e-7 and l1 <= l1_cudnn * 1.05
+
+
+def one(variant: int, planted: bool = False) -> dict:
     """Check one variant against fp32 attention on two fresh input sets, then time it."""
     import torch
     import triton
     from torch.nn.attention import SDPBackend
 
-    lib = ctypes.CDLL(str(SO))
+    lib = ctypes.CDLL(str(PLANTED / "attn.so" if planted else SO))
     lib.ltx_attn_fwd.argtypes = (
         [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     )
@@ -88,7 +105,7 @@ def one(variant: int) -> dict:
             raise RuntimeError(f"ltx_attn_fwd returned {rc}")
         return o
 
-    res = {"variant": variant, "name": lib.ltx_attn_variant(variant).decode()}
+    res = {"variant": variant, "name": lib.ltx_attn_variant(variant).decode() + (" PLANTED" if planted else "")}
     for seed in (1, 2):
         for name, (q, k, v) in sets(torch, dev, seed).items():
             o = torch.full_like(q, float("nan"))
@@ -96,7 +113,9 @@ def one(variant: int) -> dict:
             torch.cuda.synchronize()
             ref = sdpa(torch, q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
             cos, l1 = quality(o, ref)
+            ok = gate(cos, l1, *quality(sdpa(torch, q, k, v, SDPBackend.CUDNN_ATTENTION), ref))
             res.setdefault("quality", []).append([seed, name, cos, l1, bool(torch.isnan(o).any())])
+            res["gate"] = res.get("gate", True) and ok
     for n in (1000, 77):  # tokens that fill no tile: masked scores, unstored rows
         q, k, v = (torch.randn(1, n, 3, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
         o = torch.full((1, n + 256, 3, D), float("nan"), device=dev, dtype=torch.bfloat16)
@@ -113,7 +132,7 @@ def one(variant: int) -> dict:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--one":
-        print("RESULT " + json.dumps(one(int(argv[1]))), flush=True)
+        print("RESULT " + json.dumps(one(int(argv[1]), planted=argv[2:] == ["planted"])), flush=True)
         return 0
     import torch
     import triton
@@ -122,13 +141,13 @@ def main(argv: list[str]) -> int:
     log = build()
     regs = [ln.strip() for ln in log.splitlines() if "Used" in ln or "spill" in ln]
     print(torch.__version__, torch.cuda.get_device_name(), flush=True)
-    variants = [int(a) for a in argv] or list(range(4))
+    variants = [str(a) for a in argv] or [*map(str, range(10)), "0 planted"]
     out: dict = {"ptxas": regs, "variants": [], "errors": {}}
     for var in variants:
         start = time.time()
         try:
             r = subprocess.run(
-                [sys.executable, __file__, "--one", str(var)], capture_output=True, text=True, timeout=40
+                [sys.executable, __file__, "--one", *var.split()], capture_output=True, text=True, timeout=40
             )
         except subprocess.TimeoutExpired:
             out["errors"][var] = "timed out (hang?)"
@@ -144,7 +163,7 @@ def main(argv: list[str]) -> int:
         worst = min(x[2] for x in res["quality"])
         print(
             f"{var} {res['name']:26} {res['ms'] * 1e3:8.1f} us {FLOPS / res['ms'] / 1e9:6.1f} TFLOP/s "
-            f"worst cos {worst:.6f} ({time.time() - start:.0f} s)",
+            f"worst cos {worst:.6f} gate {'pass' if res['gate'] else 'FAIL'} ({time.time() - start:.0f} s)",
             flush=True,
         )
     dev = torch.device("cuda")

@@ -17,6 +17,12 @@ const Variant kVariants[] = {
     {"3wg bn128 st3", ltx_cuda_sm90::launch_attention<3, 128, 3>},
     {"3wg bn64 st4", ltx_cuda_sm90::launch_attention<3, 64, 4>},
     {"2wg bn128 st2", ltx_cuda_sm90::launch_attention<2, 128, 2>},
+    {"3wg bn128 st2 turns qk", ltx_cuda_sm90::launch_attention<3, 128, 2, 1>},
+    {"3wg bn128 st2 turns qk+pv", ltx_cuda_sm90::launch_attention<3, 128, 2, 2>},
+    {"3wg bn128 st3 turns qk+pv", ltx_cuda_sm90::launch_attention<3, 128, 3, 2>},
+    {"2wg bn128 st2 turns qk", ltx_cuda_sm90::launch_attention<2, 128, 2, 1>},
+    {"2wg bn128 st2 turns qk+pv", ltx_cuda_sm90::launch_attention<2, 128, 2, 2>},
+    {"3wg bn64 st4 turns qk+pv", ltx_cuda_sm90::launch_attention<3, 64, 4, 2>},
 };
 
 }  // namespace
