@@ -73,10 +73,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
   return d;
 }
 
-// Named barriers 1..NWG order the consumers' turns on the tensor cores (0 is __syncthreads).
-__device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
-
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
@@ -168,9 +164,7 @@ __host__ __device__ constexpr int consumer_registers() {
   return NWG == 2 ? 240 : 160;  // what 65536 registers leave after the producer's 24 x 128
 }
 
-// SCHED 0: the consumers issue their wgmmas as they come. 1: they take turns issuing Q K^T, round robin, so
-// their softmaxes stagger instead of running in step. 2: turns for Q K^T and for P V.
-template <int NWG, int BN, int STAGES, int SCHED = 0>
+template <int NWG, int BN, int STAGES>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
@@ -219,31 +213,15 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     for (int i = 0; i < 32; ++i) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
     uint32_t p[BN / 16][4];
-    // turns: barrier 1 + w is this warpgroup's; the last one lets the first go first, and skips its last pass
-    const int turns = SCHED == 2 ? 2 * n_tiles : n_tiles;
-    int turn = 0;
-    const auto take_turn = [&] {
-      if constexpr (SCHED > 0) turn_wait(1 + w);
-    };
-    const auto pass_turn = [&] {
-      if constexpr (SCHED > 0) {
-        if (w < NWG - 1 || ++turn < turns) turn_pass(1 + (w + 1) % NWG);
-      }
-    };
-    if constexpr (SCHED > 0) {
-      if (w == NWG - 1) turn_pass(1);
-    }
     mbar_wait(&sm.q_full, 0);
     for (int j = 0; j < n_tiles; ++j) {
       const int s = j % STAGES;
       const uint32_t phase = (j / STAGES) & 1;
       float sc[BN / 2];
       mbar_wait(&sm.k_full[s], phase);
-      take_turn();
       wgmma_fence();
       qk<BN>(sc, q_addr, smem_addr(sm.k[s]));
       wgmma_commit();
-      pass_turn();
       wgmma_wait_all();
       pin(sc);
       if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
@@ -256,11 +234,9 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
 #pragma unroll
         for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
       mbar_wait(&sm.v_full[s], phase);
-      if constexpr (SCHED == 2) take_turn();
       wgmma_fence();
       pv<BN>(o, p, smem_addr(sm.v[s]));
       wgmma_commit();
-      if constexpr (SCHED == 2) pass_turn();
       wgmma_wait_all();
       pin(o);
       __syncwarp();
@@ -324,7 +300,7 @@ inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t 
 }
 
 // Launches one configuration; returns nullptr, or what went wrong. The launch itself is checked by the caller.
-template <int NWG, int BN, int STAGES, int SCHED = 0>
+template <int NWG, int BN, int STAGES>
 const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
                              int64_t heads, float scale, cudaStream_t stream) {
   constexpr int BM = 64 * NWG;
@@ -333,7 +309,7 @@ const char* launch_attention(void* out, const void* q, const void* k, const void
       !make_map(&tv, v, batch, tokens, heads, BN))
     return "the CUDA driver refused the tensor maps (cuTensorMapEncodeTiled); a driver for CUDA 12 or later is "
            "needed";
-  auto kernel = attention_kernel<NWG, BN, STAGES, SCHED>;
+  auto kernel = attention_kernel<NWG, BN, STAGES>;
   constexpr int smem = sizeof(Smem<BM, BN, STAGES>) + 1024;  // + alignment of the swizzled tiles
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return "could not raise the kernel's shared-memory limit on this device";

@@ -17,17 +17,10 @@ const Variant kVariants[] = {
     {"3wg bn128 st3", ltx_cuda_sm90::launch_attention<3, 128, 3>},
     {"3wg bn64 st4", ltx_cuda_sm90::launch_attention<3, 64, 4>},
     {"2wg bn128 st2", ltx_cuda_sm90::launch_attention<2, 128, 2>},
-    {"3wg bn128 st2 turns qk", ltx_cuda_sm90::launch_attention<3, 128, 2, 1>},
-    {"3wg bn128 st2 turns qk+pv", ltx_cuda_sm90::launch_attention<3, 128, 2, 2>},
-    {"3wg bn128 st3 turns qk+pv", ltx_cuda_sm90::launch_attention<3, 128, 3, 2>},
-    {"2wg bn128 st2 turns qk", ltx_cuda_sm90::launch_attention<2, 128, 2, 1>},
-    {"2wg bn128 st2 turns qk+pv", ltx_cuda_sm90::launch_attention<2, 128, 2, 2>},
-    {"3wg bn64 st4 turns qk+pv", ltx_cuda_sm90::launch_attention<3, 64, 4, 2>},
 };
 
 }  // namespace
 
-// Returns 0, 1 when the launcher refused (printing why), 2 when the launch failed, 3 for an unknown variant.
 extern "C" int ltx_attn_fwd(const void* q, const void* k, const void* v, void* o, int B, int S, int H, float scale,
                             void* stream, int variant) {
   if (variant < 0 || variant >= int(sizeof(kVariants) / sizeof(kVariants[0]))) return 3;
