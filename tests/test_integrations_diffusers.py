@@ -441,7 +441,7 @@ def test_on_an_h100_or_h200_ltx_self_attention_runs_the_kernels_attention(ltx):
     and compiled whole; with diffusers' attention backend chosen ("native"), torch's SDPA again."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the attention kernel is built for sm_90a (H100, H200)")
-    config = dict(TINY_CONFIG, attention_head_dim=64)
+    config = dict(TINY_CONFIG, attention_head_dim=64, cross_attention_dim=4 * 64)  # LTX: text width = inner width
     model = tiny_ltx(config, dtype=torch.bfloat16, device="cuda")
     inputs = ltx_inputs(config, tokens=(4, 8, 12), dtype=torch.bfloat16, device="cuda")
     with torch.no_grad():
