@@ -236,3 +236,17 @@ class LtxOps(Benchmark):
     def reference_qk_rms_norm_rope_grid(self, q, k, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
         cos, sin = eager_rope_tables(pos, freqs, q.shape[-1])  # float32 angles, as diffusers
         return self.reference_qk_rms_norm_rope(q, k, wq, wk, cos, sin)
+
+    # attention: LTX self-attention, [B, S, hidden / 64, 64] in the projections' layout (the kernel on sm_90 in
+    # bf16, torch's SDPA elsewhere). On a CPU a quarter of the tokens: the peers' cost grows with their square.
+    def setup_attention(self):  # type: ignore[no-untyped-def]
+        s = self.shape
+        tokens = s["tokens"] if str(self.device).startswith("cuda") else max(s["tokens"] // 4, 1)
+        return tuple(self.randn(s["batch"], tokens, s["hidden"] // 64, 64) for _ in range(3))
+
+    def benchmark_attention(self, q, k, v):  # type: ignore[no-untyped-def]
+        return self.kernel.attention(q, k, v)
+
+    def verify_attention(self, q, k, v):  # type: ignore[no-untyped-def]
+        """diffusers' path: torch's SDPA over [B, H, S, D] views."""
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)

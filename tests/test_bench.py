@@ -34,6 +34,7 @@ def test_bench_times_every_declared_op_beside_its_peers(ltx):
         "gated_residual",
         "qk_rms_norm_rope",
         "qk_rms_norm_rope_grid",
+        "attention",
     }
     assert set(by_op["rms_norm"]) == {"ours", "eager", "F.rms_norm"}
     assert set(by_op["rms_norm_weight"]) == {"ours", "F.rms_norm"}  # torch.nn.RMSNorm's eager is F.rms_norm

@@ -16,13 +16,12 @@ from typing import Optional
 import torch
 
 from . import _autograd, _fake, layers  # noqa: F401  (register fake implementations and autograd)
-from ._attention import attention, attention_on_kernel
+from ._attention import attention, attention_on_kernel  # noqa: F401  (a predicate, not an op: outside __all__)
 from ._ops import ops
 
 __all__ = [
     "add_rms_norm_modulate",
     "attention",
-    "attention_on_kernel",
     "gated_residual",
     "gelu_tanh",
     "layers",
