@@ -395,10 +395,10 @@ Tensor rms_norm_modulate(const Tensor& x_in, const Tensor& scale, const Tensor& 
   const Launch launch(x_in);
   const Tensor x = dense(x_in);
   const std::optional<Tensor> weight = dense(weight_in);
-  const Modulation mod = modulation_rows(scale, shift);
   Tensor out = output_like(x);
   const int64_t rows = rows_of(x), tokens = x.size(1), dim = x.size(2);
-  if (rows == 0) return out;
+  if (rows == 0) return out;  // before the modulation: [B,0,D] rows broadcast to nothing
+  const Modulation mod = modulation_rows(scale, shift);
 #if defined(CPU_KERNEL)
   const bool streamed = stream(x, 1, 1);
   launch.split(rows, dim, [&](int64_t begin, int64_t end) {
@@ -432,14 +432,14 @@ std::tuple<Tensor, Tensor> add_rms_norm_modulate(const Tensor& x_in, const Tenso
   const Tensor x = dense(x_in);
   const Tensor y = dense(y_in);
   const std::optional<Tensor> weight = dense(weight_in);
+  Tensor h = output_like(x);
+  Tensor out = output_like(x);
+  const int64_t rows = rows_of(x), tokens = x.size(1), dim = x.size(2);
+  if (rows == 0) return {h, out};  // before the modulation: [B,0,D] rows broadcast to nothing
   const Modulation mod = modulation_rows(scale, shift);
   const std::optional<Tensor> gate =
       gate_in ? std::optional<Tensor>(readable_rows(*gate_in)) : std::nullopt;
   const RowStrides gs = gate ? row_strides(*gate) : RowStrides{0, 0};
-  Tensor h = output_like(x);
-  Tensor out = output_like(x);
-  const int64_t rows = rows_of(x), tokens = x.size(1), dim = x.size(2);
-  if (rows == 0) return {h, out};
 #if defined(CPU_KERNEL)
   const bool streamed = stream(x, 2, 2);
   launch.split(rows, 2 * dim, [&](int64_t begin, int64_t end) {

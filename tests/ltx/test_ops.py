@@ -480,6 +480,11 @@ def test_empty_inputs_give_empty_outputs(ltx, device):
     cos = torch.empty(2, 0, 16, device=device)
     q_out, k_out = ltx.rope_interleaved_qk(x, x, cos, cos)
     assert q_out.shape == k_out.shape == x.shape
+    # a per-batch scale beside a per-token shift of no tokens: nothing to broadcast (the fuzzer found a copy_ error)
+    row, none = torch.empty(2, 1, 16, device=device), torch.empty(2, 0, 16, device=device)
+    assert ltx.rms_norm_modulate(x, row, none).shape == x.shape
+    h, out = ltx.add_rms_norm_modulate(x, x, none, row, row)
+    assert h.shape == out.shape == x.shape
 
 
 def test_thread_count_does_not_change_results(ltx, rand: Rand):
