@@ -1,6 +1,6 @@
 // attention.cu: the shipped configuration of attention.cuh. Three consumer warpgroups of 64 queries (192 per
-// CTA), K/V tiles of 128 tokens, two stages: on the H200, 1,285 us per LTX-Video 2B self-attention call
-// ([2, 6144, 32, 64]) against cuDNN's 1,372 us in the same run (scripts/attn_wgmma/probe.py).
+// CTA), K/V tiles of 128 tokens, two stages: the fastest the probe (scripts/attn_wgmma/probe.py) measured on the
+// H200; its figures against cuDNN are in BENCHMARKS.md §8.
 #include "attention.cuh"
 #include "ltx_cuda_sm90.h"
 
