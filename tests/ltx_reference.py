@@ -13,11 +13,16 @@ from typing import Optional
 import torch
 
 __all__ = [
+    "K_BLOCK",
     "TOLERANCES",
     "add_rms_norm_modulate",
+    "attention",
+    "attention_int8",
     "gated_residual",
     "gelu_tanh",
     "qk_rms_norm_rope",
+    "quantize_k_int8",
+    "quantize_q_int8",
     "rope_tables",
     "rms_norm",
     "rms_norm_modulate",
@@ -133,3 +138,73 @@ def rope_freqs(dim: int, theta: float, device: torch.device) -> torch.Tensor:
         math.log(1.0, theta), math.log(theta, theta), dim // 6, device=device, dtype=torch.float32
     )
     return freqs * math.pi / 2.0
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float] = None) -> torch.Tensor:
+    """softmax(q k^T * scale) v over [B, S, H, D] q, k, v; scale defaults to D ** -0.5. One (batch, head)
+    at a time, so S x S scores of one head are all it holds."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    q, k, v = (_f64(t).transpose(1, 2) for t in (q, k, v))
+    out = torch.empty_like(q)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            out[b, h] = torch.softmax(q[b, h] @ k[b, h].T * scale, dim=-1) @ v[b, h]
+    return out.transpose(1, 2)
+
+
+# ---- the 8-bit attention's math ----------------------------------------------------------------------
+# INT8 q k^T in the spirit of SageAttention: q scaled per token (the softmax scale and log2(e) folded in), k
+# smoothed by its mean over tokens (a per-channel shift that cancels in the softmax and takes K's channel
+# outliers out of its range) and scaled per block of K_BLOCK tokens, int32 dot products. P and V stay bf16
+# with fp32 accumulation: FP8 there costs about 3% relative L1 on its own (docs/kernels.md).
+
+LOG2E = 1.4426950408889634
+K_BLOCK = 128  # tokens of k that share one scale: one K tile of the kernel
+
+
+def _to_int8(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric INT8 of x (float32) with one scale per entry of amax (broadcast over x): round to nearest even."""
+    s = amax.clamp_min(torch.finfo(torch.float32).tiny) / 127
+    return torch.round(x / s).clamp(-127, 127).to(torch.int8), s
+
+
+def quantize_q_int8(q: torch.Tensor, scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q8 [B, S, H, D] int8, q_scale [B, H, S] float32) of q * scale * log2(e): one scale per token and head."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    x = q.float() * (scale * LOG2E)
+    q8, s = _to_int8(x, x.abs().amax(-1, keepdim=True))
+    return q8, s[..., 0].transpose(1, 2).contiguous()
+
+
+def quantize_k_int8(k: torch.Tensor, *, smooth: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(k8 [B, S, H, D] int8, k_scale [B, H, ceil(S / K_BLOCK)] float32, k_mean [B, H, D] float32): k minus
+    its mean over tokens (zero without smoothing), one scale per head and block of K_BLOCK tokens."""
+    x = k.float()
+    mean = x.mean(1, keepdim=True) if smooth else torch.zeros_like(x[:, :1])
+    x = x - mean
+    b, s, h, d = x.shape
+    blocks = -(-s // K_BLOCK)
+    padded = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, blocks * K_BLOCK - s))
+    amax = padded.abs().unflatten(1, (blocks, K_BLOCK)).amax(dim=(2, 4))  # [B, blocks, H]
+    k8, _ = _to_int8(x, amax.repeat_interleave(K_BLOCK, dim=1)[:, :s, :, None])
+    k_scale = amax.clamp_min(torch.finfo(torch.float32).tiny) / 127
+    return k8, k_scale.transpose(1, 2).contiguous(), mean[:, 0].contiguous()
+
+
+def attention_int8(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float] = None, *, smooth_k: bool = True
+) -> torch.Tensor:
+    """What the 8-bit attention computes: scores from INT8 q and k (quantize_q_int8, quantize_k_int8) in the exp2
+    domain, fp32 softmax, P rounded to bf16 times bf16 v with exact accumulation; float64 out, [B, S, H, D]."""
+    q8, q_scale = quantize_q_int8(q, scale)
+    k8, k_scale, _ = quantize_k_int8(k, smooth=smooth_k)
+    k_scale = k_scale.repeat_interleave(K_BLOCK, dim=-1)[..., : k.shape[1]]
+    q8, k8 = (t.transpose(1, 2).double() for t in (q8, k8))
+    v = v.to(torch.bfloat16).transpose(1, 2).double()
+    out = torch.empty_like(q8)
+    for b in range(q8.shape[0]):
+        for h in range(q8.shape[1]):
+            s2 = (q8[b, h] @ k8[b, h].T) * q_scale[b, h, :, None].double() * k_scale[b, h].double()
+            p = torch.exp2(s2.float() - s2.float().amax(-1, keepdim=True))
+            out[b, h] = (p.to(torch.bfloat16).double() @ v[b, h]) / p.double().sum(-1, keepdim=True)
+    return out.transpose(1, 2)

@@ -3,14 +3,21 @@
 The GPU half is the kernel's quality gate: on LTX-Video 2B's self-attention shape and on token counts that
 fill no tile, with Gaussian inputs and with channel outliers in K as real checkpoints have, the kernel's error
 against fp32 attention must be no worse than cuDNN's BF16 attention on the same inputs.
+
+The 8-bit mode's math (ltx_reference.attention_int8, which its kernel is to compute) is held to the 8-bit
+gate here on the CPU, and the gate is shown to catch the precision bug it exists for: K left unsmoothed.
 """
 
 from __future__ import annotations
 
+import ltx_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# The 8-bit mode's gate, per call against fp32 attention: cosine similarity at least, relative L1 at most.
+GATE_8BIT = (0.9995, 0.02)
 
 
 def _qkv(b: int, s: int, h: int, d: int = 64, *, dtype=torch.bfloat16, device="cpu", seed=0, k_outliers=False):
@@ -58,6 +65,30 @@ def test_attention_traces_whole_under_torch_compile(ltx):
     q, k, v = _qkv(1, 40, 2, dtype=torch.float32)
     compiled = torch.compile(lambda q, k, v: ltx.attention(q, k, v) * 2, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(q, k, v), ltx.attention(q, k, v) * 2)
+
+
+@pytest.mark.parametrize("k_outliers", [False, True], ids=["gaussian", "k-outliers"])
+def test_the_8bit_math_meets_the_8bit_gate(k_outliers):
+    q, k, v = _qkv(1, 1000, 4, k_outliers=k_outliers)
+    cos, l1 = _errors(ref.attention_int8(q, k, v), ref.attention(q, k, v))
+    assert cos >= GATE_8BIT[0] and l1 <= GATE_8BIT[1], (cos, l1)
+
+
+def test_the_8bit_gate_fails_k_left_unsmoothed_on_channel_outliers():
+    q, k, v = _qkv(1, 1000, 4, k_outliers=True)
+    cos, l1 = _errors(ref.attention_int8(q, k, v, smooth_k=False), ref.attention(q, k, v))
+    assert cos < GATE_8BIT[0] and l1 > GATE_8BIT[1], (cos, l1)
+
+
+def test_smoothing_k_shifts_every_score_of_a_query_alike():
+    """The mean taken out of K moves all of a query's scores by one amount, which the softmax cancels: the
+    smoothing costs no accuracy, it only narrows K's range for INT8."""
+    q, k, v = _qkv(1, 130, 2, k_outliers=True)
+    k8, k_scale, k_mean = ref.quantize_k_int8(k)
+    assert k8.dtype == torch.int8 and k_scale.shape == (1, 2, 2) and k_mean.shape == (1, 2, 64)
+    shifted = k.double() - k_mean[:, None].double()
+    torch.testing.assert_close(ref.attention(q, shifted, v), ref.attention(q, k, v))
+    assert (k8.double().abs() <= 127).all() and k8.abs().amax() == 127
 
 
 # ---- on the GPU -----------------------------------------------------------------------------------------
