@@ -2,6 +2,7 @@
 configurations, with cuDNN in the same run.
 
 python scripts/attn_wgmma/probe.py [variant ...]   (on the GPU machine; compiles shim.cu with nvcc first)
+A variant is a configuration's number, a number and a patch name, or "int8" (the 8-bit draft, int8.cuh).
 Each variant runs in its own process with a time limit, so a hang costs seconds, not the lease.
 Prints a table; writes $OUT/attn_wgmma_probe.json.
 """
@@ -155,9 +156,71 @@ def one(variant: int, patch: str | None = None) -> dict:
     return res
 
 
+GATE_8BIT = (0.9995, 0.02)  # tests/ltx/test_attention.py's: cosine at least, relative L1 at most
+
+
+def one_int8() -> dict:
+    """The 8-bit draft: the gate against fp32 on both input sets, agreement with ltx_reference.attention_int8
+    (the math it must compute), the planted bug (K unsmoothed) failing the gate, then the time with and
+    without the quantisation (ltx_reference's quantisers as torch ops)."""
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend
+
+    sys.path.insert(0, str(HERE.parent.parent / "tests"))
+    import ltx_reference as ref
+
+    lib = ctypes.CDLL(str(SO))
+    lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+    dev = torch.device("cuda")
+
+    def kernel(q8, k8, v, q_scale, k_scale, o):
+        b, n, h, _ = v.shape
+        ptrs = (t.data_ptr() for t in (q8, k8, v, o, q_scale, k_scale))
+        if rc := lib.ltx_attn_int8_fwd(*ptrs, b, n, h, torch.cuda.current_stream().cuda_stream):
+            raise RuntimeError(f"ltx_attn_int8_fwd returned {rc}")
+        return o
+
+    def run(q, k, v, o, smooth=True):
+        q8, q_scale = ref.quantize_q_int8(q)
+        k8, k_scale, _ = ref.quantize_k_int8(k, smooth=smooth)
+        return kernel(q8, k8, v, q_scale, k_scale, o)
+
+    res: dict = {"variant": "int8", "name": "int8 q k^T draft", "quality": [], "gate": True}
+    for seed in (1, 2):
+        for name, (q, k, v) in sets(torch, dev, seed).items():
+            ref32 = sdpa(torch, q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
+            o = run(q, k, v, torch.full_like(q, float("nan")))
+            cos, l1 = quality(o, ref32)
+            res["quality"].append([seed, name, cos, l1, bool(torch.isnan(o).any())])
+            res["gate"] = res["gate"] and cos >= GATE_8BIT[0] and l1 <= GATE_8BIT[1]
+            if name == "k-outliers":
+                cos_p, l1_p = quality(run(q, k, v, torch.empty_like(q), smooth=False), ref32)
+                res.setdefault("planted_unsmoothed", []).append([seed, cos_p, l1_p])
+    for n in (1000, 77):  # tokens that fill no tile; and the math it must compute, in fp64
+        q, k, v = (torch.randn(1, n, 3, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        o = torch.full((1, n + 256, 3, D), float("nan"), device=dev, dtype=torch.bfloat16)
+        run(q, k, v, o)
+        cos, l1 = quality(o[:, :n], ref.attention_int8(q, k, v))
+        res["quality"].append([0, f"{n} tokens vs attention_int8", cos, l1, bool(torch.isnan(o[:, :n]).any())])
+        res["untouched_tail"] = bool(torch.isnan(o[:, n:]).all())
+    q, k, v = sets(torch, dev, 3)["gaussian"]
+    o = torch.empty_like(q)
+    q8, q_scale = ref.quantize_q_int8(q)
+    k8, k_scale, _ = ref.quantize_k_int8(k)
+    res["ms"] = triton.testing.do_bench(
+        lambda: kernel(q8, k8, v, q_scale, k_scale, o), warmup=50, rep=300, return_mode="median"
+    )
+    res["ms_with_torch_quant"] = triton.testing.do_bench(
+        lambda: run(q, k, v, o), warmup=20, rep=200, return_mode="median"
+    )
+    return res
+
+
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--one":
-        print("RESULT " + json.dumps(one(int(argv[1]), *argv[2:])), flush=True)
+        result = one_int8() if argv[1] == "int8" else one(int(argv[1]), *argv[2:])
+        print("RESULT " + json.dumps(result), flush=True)
         return 0
     import torch
     import triton
@@ -166,7 +229,7 @@ def main(argv: list[str]) -> int:
     log = build()
     regs = [ln.strip() for ln in log.splitlines() if "Used" in ln or "spill" in ln]
     print(torch.__version__, torch.cuda.get_device_name(), flush=True)
-    variants = [str(a) for a in argv] or [*map(str, range(4)), *(f"0 {p}" for p in PATCHES)]
+    variants = [str(a) for a in argv] or [*map(str, range(4)), *(f"0 {p}" for p in PATCHES), "int8"]
     out: dict = {"ptxas": regs, "variants": [], "errors": {}}
     for var in variants:
         start = time.time()
@@ -207,6 +270,10 @@ def main(argv: list[str]) -> int:
     for res in out["variants"]:
         for row in res["quality"]:
             print(res["variant"], row)
+        for row in res.get("planted_unsmoothed", []):
+            print(res["variant"], "planted: K unsmoothed (must fail the 8-bit gate)", row)
+        if "ms_with_torch_quant" in res:
+            print(res["variant"], f"with quantisation as torch ops: {res['ms_with_torch_quant'] * 1e3:.1f} us")
     print("\n".join(regs))
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "attn_wgmma_probe.json").write_text(json.dumps(out, indent=1))

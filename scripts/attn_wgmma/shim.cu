@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "attention.cuh"
+#include "int8.cuh"
 
 namespace {
 
@@ -34,4 +35,15 @@ extern "C" int ltx_attn_fwd(const void* q, const void* k, const void* v, void* o
 extern "C" const char* ltx_attn_variant(int variant) {
   if (variant < 0 || variant >= int(sizeof(kVariants) / sizeof(kVariants[0]))) return nullptr;
   return kVariants[variant].name;
+}
+
+// The 8-bit draft (int8.cuh): q8, k8 int8 and their scales from ltx_reference's quantisers, v bf16.
+extern "C" int ltx_attn_int8_fwd(const void* q8, const void* k8, const void* v, void* o, const float* q_scale,
+                                 const float* k_scale, int B, int S, int H, void* stream) {
+  if (const char* why = ltx_cuda_sm90::launch_attention_int8<2>(o, q8, k8, v, q_scale, k_scale, B, S, H,
+                                                                static_cast<cudaStream_t>(stream))) {
+    std::fprintf(stderr, "%s\n", why);
+    return 1;
+  }
+  return cudaGetLastError() == cudaSuccess ? 0 : 2;
 }
