@@ -6,6 +6,8 @@ against fp32 attention must be no worse than cuDNN's BF16 attention on the same 
 
 The 8-bit mode's math (ltx_reference.attention_int8, which its kernel is to compute) is held to the 8-bit
 gate here on the CPU, and the gate is shown to catch the precision bug it exists for: K left unsmoothed.
+Both gates also run on q, k, v captured from LTX-Video's own forward (seeded random weights, the 2B model's
+widths), as the kernel's attention processor hands them over.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ import ltx_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
+from ltx_tiny import LTX_2B_CONFIG, ltx_inputs, tiny_ltx
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from hubkernels.integrations import diffusers as hd
+from hubkernels.layers import Mode
 
 # The 8-bit mode's gate, per call against fp32 attention: cosine similarity at least, relative L1 at most.
 GATE_8BIT = (0.9995, 0.02)
@@ -40,6 +46,26 @@ def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     """(cosine similarity, relative L1) against the reference, in float64."""
     o, r = out.double().flatten(), ref.double().flatten()
     return F.cosine_similarity(o, r, dim=0).item(), ((o - r).abs().sum() / r.abs().sum()).item()
+
+
+def _captured_self_attention(
+    ltx, monkeypatch, config, tokens, device, dtype=torch.bfloat16
+) -> tuple[list, torch.Tensor]:
+    """(q, k, v of every self-attention call, output) of a forward of the kernelized LTX-Video transformer with
+    seeded random weights: what the kernel's attention processor hands ltx_kernels.attention."""
+    calls = []
+
+    def record(q, k, v, scale=None):
+        calls.append((q.clone(), k.clone(), v.clone()))
+        return ltx.attention(q, k, v, scale)
+
+    monkeypatch.setattr(ltx.layers, "attention", record)
+    monkeypatch.setattr(ltx.layers, "attention_on_kernel", lambda q, k, v: True)  # on the CPU too
+    model = tiny_ltx(config, dtype=dtype, device=device)
+    hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE)
+    with torch.no_grad():
+        out = model(**ltx_inputs(config, tokens=tokens, dtype=dtype, device=device))[0]
+    return calls, out
 
 
 def test_on_the_cpu_attention_is_torchs_sdpa_in_the_projection_layout(ltx):
@@ -80,6 +106,18 @@ def test_the_8bit_gate_fails_k_left_unsmoothed_on_channel_outliers():
     assert cos < GATE_8BIT[0] and l1 > GATE_8BIT[1], (cos, l1)
 
 
+def test_on_qkv_from_an_ltx_2b_block_the_8bit_math_meets_the_8bit_gate(ltx, monkeypatch):
+    """One block at the 2B model's widths (32 heads of 64), 384 tokens, fp32 on the CPU (bf16 matmuls are slow
+    here): the logits its q/k norms and RoPE give, q, k, v rounded to bf16 as the GPU forward has them."""
+    config = dict(LTX_2B_CONFIG, num_layers=1)
+    calls, _ = _captured_self_attention(ltx, monkeypatch, config, (4, 8, 12), "cpu", torch.float32)
+    assert len(calls) == 1
+    q, k, v = (t.to(torch.bfloat16) for t in calls[0])
+    assert q.shape == (2, 384, 32, 64)
+    cos, l1 = _errors(ref.attention_int8(q, k, v), ref.attention(q, k, v))
+    assert cos >= GATE_8BIT[0] and l1 <= GATE_8BIT[1], (cos, l1)
+
+
 def test_smoothing_k_shifts_every_score_of_a_query_alike():
     """The mean taken out of K moves all of a query's scores by one amount, which the softmax cancels: the
     smoothing costs no accuracy, it only narrows K's range for INT8."""
@@ -115,6 +153,44 @@ def test_the_kernel_is_as_accurate_as_cudnn_bf16(ltx, shape, k_outliers, seed):
     cos_cudnn, l1_cudnn = _errors(_sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION), ref)
     assert 1 - cos <= (1 - cos_cudnn) * 1.10 + 1e-7, (cos, cos_cudnn)
     assert l1 <= l1_cudnn * 1.05, (l1, l1_cudnn)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_on_qkv_captured_from_the_ltx_2b_forward_the_kernel_is_as_accurate_as_cudnn(ltx, monkeypatch):
+    """All 28 self-attention calls of the 2B forward at 6,144 tokens (768x512, 121 frames); and the 8-bit math
+    on every call, a quarter of the heads each (the fp64 reference's time)."""
+    calls, _ = _captured_self_attention(ltx, monkeypatch, LTX_2B_CONFIG, (16, 16, 24), "cuda")
+    assert len(calls) == LTX_2B_CONFIG["num_layers"]
+    for q, k, v in calls:
+        assert ltx.attention_on_kernel(q, k, v)
+        fp32 = _sdpa(q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
+        cos, l1 = _errors(ltx.attention(q, k, v), fp32)
+        cos_cudnn, l1_cudnn = _errors(_sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION), fp32)
+        assert 1 - cos <= (1 - cos_cudnn) * 1.10 + 1e-7, (cos, cos_cudnn)
+        assert l1 <= l1_cudnn * 1.05, (l1, l1_cudnn)
+        q, k, v = (t[:1, :, ::4] for t in (q, k, v))
+        cos, l1 = _errors(ref.attention_int8(q, k, v), ref.attention(q, k, v))
+        assert cos >= GATE_8BIT[0] and l1 <= GATE_8BIT[1], (cos, l1)
+
+
+@pytest.mark.gpu
+@needs_sm90
+def test_the_2b_forward_on_the_kernel_is_as_close_to_fp32_as_diffusers_bf16(ltx, monkeypatch):
+    """The whole output: the kernelized bf16 forward (this attention and the fused ops) against the fp32 forward,
+    no further than diffusers' own bf16 forward is."""
+    config, tokens = LTX_2B_CONFIG, (16, 16, 24)
+    with torch.no_grad():
+        fp32 = tiny_ltx(config, device="cuda")(**ltx_inputs(config, tokens=tokens, device="cuda"))[0]
+        stock = tiny_ltx(config, dtype=torch.bfloat16, device="cuda")
+        stock_out = stock(**ltx_inputs(config, tokens=tokens, dtype=torch.bfloat16, device="cuda"))[0]
+        del stock
+    calls, out = _captured_self_attention(ltx, monkeypatch, config, tokens, "cuda")
+    assert len(calls) == config["num_layers"]
+    cos, l1 = _errors(out, fp32)
+    cos_stock, l1_stock = _errors(stock_out, fp32)
+    assert 1 - cos <= (1 - cos_stock) * 1.10 + 1e-7, (cos, cos_stock)
+    assert l1 <= l1_stock * 1.10, (l1, l1_stock)
 
 
 @pytest.mark.gpu
