@@ -7,6 +7,8 @@
 // memory, online softmax in registers (exp2 domain), O += P V by wgmma with P in registers and V read
 // transposed. The NWG consumers interleave on the SM, so one's softmax runs while another's wgmma does.
 // Out-of-range tokens of the last tiles arrive as zeros; their scores are masked and their rows not stored.
+// How a tile's scores come to be is the kernel's Scores policy: Bf16Scores here (bf16 q and k, bf16 wgmma);
+// the probe's 8-bit draft (scripts/attn_wgmma/int8.cuh) plugs INT8 q and k into the same pipeline.
 // attention.cu instantiates the shipped configuration; the probe in scripts/attn_wgmma times others.
 #pragma once
 
@@ -64,12 +66,15 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 
-// wgmma shared-memory descriptor for a 128B-swizzled tile of 128-byte rows: 1024 B between 8-row groups.
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+// wgmma shared-memory descriptor for a tile of ROW-byte rows in ROW-byte swizzle (128 or 64): 8 * ROW bytes
+// between 8-row groups.
+template <int ROW>
+__device__ __forceinline__ uint64_t desc_swizzled(uint32_t addr) {
+  static_assert(ROW == 128 || ROW == 64, "128- or 64-byte swizzle");
   uint64_t d = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>(1) << 16;          // leading byte offset: unused by these layouts
-  d |= static_cast<uint64_t>(1024 >> 4) << 32;  // stride byte offset
-  d |= static_cast<uint64_t>(1) << 62;          // 128-byte swizzle
+  d |= static_cast<uint64_t>(1) << 16;                   // leading byte offset: unused by these layouts
+  d |= static_cast<uint64_t>(8 * ROW >> 4) << 32;        // stride byte offset
+  d |= static_cast<uint64_t>(ROW == 128 ? 1 : 2) << 62;  // the swizzle mode
   return d;
 }
 
@@ -100,7 +105,7 @@ template <int BN>
 __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t k_addr) {
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    const uint64_t da = desc_sw128(q_addr + kk * 32), db = desc_sw128(k_addr + kk * 32);
+    const uint64_t da = desc_swizzled<128>(q_addr + kk * 32), db = desc_swizzled<128>(k_addr + kk * 32);
     if constexpr (BN == 64) wgmma_ss_n64(s, da, db, kk > 0);
     if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);
   }
@@ -110,7 +115,8 @@ __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t
 template <int BN>
 __device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
 #pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], desc_sw128(v_addr + kk * 16 * kRowBytes));
+  for (int kk = 0; kk < BN / 16; ++kk)
+    wgmma_rs_n64(o, p[kk], desc_swizzled<kRowBytes>(v_addr + kk * 16 * kRowBytes));
 }
 
 // Scores of tokens at or past `tokens` (the last tile's zero rows) become -inf.
@@ -148,10 +154,33 @@ __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
 }
 
-template <int BM, int BN, int STAGES>
+// The bf16 scores: S = Q K^T by wgmma from the swizzled tiles, scaled by scale * log2(e) in the softmax.
+// A Scores policy names its q/k rows' bytes and tensor-map format, the state a thread keeps for its two rows,
+// and tile(), which turns one K tile into the thread's scores.
+struct Bf16Scores {
+  static constexpr int kQKRowBytes = kRowBytes;
+  static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  static constexpr CUtensorMapSwizzle kSwizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+  struct Rows {};
+  float scale_log2;
+
+  __device__ __forceinline__ Rows rows(int, int, int, int, int, int) const { return {}; }
+  __device__ __forceinline__ float softmax_scale() const { return scale_log2; }
+
+  template <int BN>
+  __device__ __forceinline__ void tile(float (&s)[BN / 2], const Rows&, uint32_t q_addr, uint32_t k_addr, int) const {
+    wgmma_fence();
+    qk<BN>(s, q_addr, k_addr);
+    wgmma_commit();
+    wgmma_wait_all();
+    pin(s);
+  }
+};
+
+template <int BM, int BN, int STAGES, int QK_ROW>
 struct Smem {
-  alignas(1024) uint8_t q[BM * kRowBytes];
-  alignas(1024) uint8_t k[STAGES][BN * kRowBytes];
+  alignas(1024) uint8_t q[BM * QK_ROW];
+  alignas(1024) uint8_t k[STAGES][BN * QK_ROW];
   alignas(1024) uint8_t v[STAGES][BN * kRowBytes];
   uint64_t q_full;
   uint64_t k_full[STAGES];
@@ -164,14 +193,14 @@ __host__ __device__ constexpr int consumer_registers() {
   return NWG == 2 ? 240 : 160;  // what 65536 registers leave after the producer's 24 x 128
 }
 
-template <int NWG, int BN, int STAGES>
+template <class Scores, int NWG, int BN, int STAGES>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
-                     int heads, float scale_log2) {
+                     int heads, const Scores scores) {
   static_assert(NWG == 2 || NWG == 3, "two or three consumer warpgroups");
-  constexpr int BM = 64 * NWG;
-  using Sm = Smem<BM, BN, STAGES>;
+  constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
+  using Sm = Smem<BM, BN, STAGES, QK_ROW>;
   extern __shared__ uint8_t raw[];
   Sm& sm = *reinterpret_cast<Sm*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z;
@@ -193,12 +222,12 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (t == 0) {
-      mbar_expect_tx(&sm.q_full, BM * kRowBytes);
+      mbar_expect_tx(&sm.q_full, BM * QK_ROW);
       tma_load(sm.q, &tq, &sm.q_full, m0, h, b);
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % STAGES;
         if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
-        mbar_expect_tx(&sm.k_full[s], BN * kRowBytes);
+        mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
         tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
         mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
         tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
@@ -207,7 +236,9 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_registers<NWG>()));
     const int w = wg - 1, lane = t % 32;
-    const uint32_t q_addr = smem_addr(sm.q) + w * 64 * kRowBytes;
+    const uint32_t q_addr = smem_addr(sm.q) + w * 64 * QK_ROW;
+    const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
+    const typename Scores::Rows rows = scores.rows(b, h, row0, tokens, heads, n_tiles);
     float o[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[i] = 0.f;
@@ -219,13 +250,9 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       const uint32_t phase = (j / STAGES) & 1;
       float sc[BN / 2];
       mbar_wait(&sm.k_full[s], phase);
-      wgmma_fence();
-      qk<BN>(sc, q_addr, smem_addr(sm.k[s]));
-      wgmma_commit();
-      wgmma_wait_all();
-      pin(sc);
+      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
       if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
-      softmax<BN>(sc, m, l, alpha, scale_log2);
+      softmax<BN>(sc, m, l, alpha, scores.softmax_scale());
 #pragma unroll
       for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
       // P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.
@@ -252,7 +279,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       x += __shfl_xor_sync(0xffffffffu, x, 2);
       inv[hh] = 1.f / x;
     }
-    const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int row = row0 + 8 * hh;
@@ -287,38 +313,49 @@ inline EncodeTiled encoder() {
   return fn;
 }
 
-// A contiguous [B, S, H, 64] bf16 tensor as a 4-d tensor map whose box is `rows` tokens of one head.
-inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t tokens, int64_t heads, int rows) {
+// A contiguous [B, S, H, 64] tensor of `row_bytes` per token and head as a 4-d tensor map whose box is `rows`
+// tokens of one head.
+inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t tokens, int64_t heads, int rows,
+                     CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, cuuint64_t row_bytes = kRowBytes,
+                     CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   const cuuint64_t dims[4] = {kHeadDim, cuuint64_t(heads), cuuint64_t(tokens), cuuint64_t(batch)};
-  const cuuint64_t strides[3] = {kRowBytes, cuuint64_t(heads) * kRowBytes, cuuint64_t(tokens * heads) * kRowBytes};
+  const cuuint64_t strides[3] = {row_bytes, cuuint64_t(heads) * row_bytes, cuuint64_t(tokens * heads) * row_bytes};
   const cuuint32_t box[4] = {kHeadDim, 1, cuuint32_t(rows), 1};
   const cuuint32_t elem[4] = {1, 1, 1, 1};
   const EncodeTiled fn = encoder();
-  return fn && fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box, elem,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return fn && fn(map, type, 4, const_cast<void*>(base), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Launches one configuration; returns nullptr, or what went wrong. The launch itself is checked by the caller.
-template <int NWG, int BN, int STAGES>
-const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
-                             int64_t heads, float scale, cudaStream_t stream) {
-  constexpr int BM = 64 * NWG;
+// Launches one configuration with the given scores; returns nullptr, or what went wrong. The launch itself is
+// checked by the caller.
+template <class Scores, int NWG, int BN, int STAGES>
+const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, int64_t batch,
+                        int64_t tokens, int64_t heads, cudaStream_t stream) {
+  constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
   CUtensorMap tq, tk, tv;
-  if (!make_map(&tq, q, batch, tokens, heads, BM) || !make_map(&tk, k, batch, tokens, heads, BN) ||
+  if (!make_map(&tq, q, batch, tokens, heads, BM, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||
+      !make_map(&tk, k, batch, tokens, heads, BN, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||
       !make_map(&tv, v, batch, tokens, heads, BN))
     return "the CUDA driver refused the tensor maps (cuTensorMapEncodeTiled); a driver for CUDA 12 or later is "
            "needed";
-  auto kernel = attention_kernel<NWG, BN, STAGES>;
-  constexpr int smem = sizeof(Smem<BM, BN, STAGES>) + 1024;  // + alignment of the swizzled tiles
+  auto kernel = attention_kernel<Scores, NWG, BN, STAGES>;
+  constexpr int smem = sizeof(Smem<BM, BN, STAGES, QK_ROW>) + 1024;  // + alignment of the swizzled tiles
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return "could not raise the kernel's shared-memory limit on this device";
   const dim3 grid(static_cast<unsigned>((tokens + BM - 1) / BM), static_cast<unsigned>(heads),
                   static_cast<unsigned>(batch));
   kernel<<<grid, 128 * (NWG + 1), smem, stream>>>(tq, tk, tv, static_cast<__nv_bfloat16*>(out),
-                                                   static_cast<int>(tokens), static_cast<int>(heads),
-                                                   scale * 1.4426950408889634f);
+                                                   static_cast<int>(tokens), static_cast<int>(heads), scores);
   return nullptr;
+}
+
+// The bf16 kernel in one configuration (attention.cu's and the probe's entry).
+template <int NWG, int BN, int STAGES>
+const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
+                             int64_t heads, float scale, cudaStream_t stream) {
+  return launch_with<Bf16Scores, NWG, BN, STAGES>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v, batch,
+                                                  tokens, heads, stream);
 }
 
 }  // namespace ltx_cuda_sm90
