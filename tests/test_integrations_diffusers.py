@@ -31,6 +31,21 @@ def op_calls(fn) -> dict[str, int]:
     return {e.key.split("::")[-1]: e.count for e in prof.key_averages() if "ltx_kernels" in e.key and "::" in e.key}
 
 
+def kernelized_eager_and_compiled(model, inputs, ltx) -> tuple:
+    """(diffusers' output, then the kernelized model's output and {op: calls} eagerly and compiled whole, with
+    fullgraph so any graph break is an error), outputs in float32. Kernelizes the model for inference + compile."""
+    with torch.no_grad():
+        ref = model(**inputs)[0].float()
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
+        eager_calls = op_calls(lambda: model(**inputs))
+        eager = model(**inputs)[0].float()
+        torch._dynamo.reset()
+        compiled_model = torch.compile(model, fullgraph=True)
+        compiled = compiled_model(**inputs)[0].float()
+        compiled_calls = op_calls(lambda: compiled_model(**inputs))
+    return ref, eager, eager_calls, compiled, compiled_calls
+
+
 # The attention prologue's RoPE inputs: diffusers' cos/sin tables, or token positions from which the
 # kernel computes the angles (the CUDA default, the kernel's layers.ROPE_POSITIONS_DEVICES; forced here on the CPU).
 ROPE_OPS = {"tables": ("qk_rms_norm_rope", "rope_tables"), "positions": ("qk_rms_norm_rope_grid", "rope_positions")}
@@ -90,16 +105,11 @@ def test_the_kernels_run_where_expected(ltx, rope_mode):
 def test_torch_compile_fullgraph_of_the_kernelized_transformer(ltx, rope_mode):
     prologue, rope_inputs = ROPE_OPS[rope_mode]
     model = tiny_ltx()
-    inputs = ltx_inputs(per_token_timesteps=True)
-    with torch.no_grad():
-        ref = model(**inputs)[0]
-        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
-        assert model._hubkernels_replaced == expected_replacements(LAYERS)
-        eager = model(**inputs)[0]
-        torch._dynamo.reset()
-        compiled = torch.compile(model, fullgraph=True)  # fullgraph: any graph break is an error
-        out = compiled(**inputs)[0]
-        calls = op_calls(lambda: compiled(**inputs))
+    ref, eager, eager_calls, out, calls = kernelized_eager_and_compiled(
+        model, ltx_inputs(per_token_timesteps=True), ltx
+    )
+    assert model._hubkernels_replaced == expected_replacements(LAYERS)
+    assert calls == eager_calls  # compiled, the same kernels, as often
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     assert calls[prologue] == LAYERS and calls["rms_norm_modulate"] == 1  # still our kernels
@@ -444,15 +454,8 @@ def test_on_an_h100_or_h200_ltx_self_attention_runs_the_kernels_attention(ltx):
     config = dict(TINY_CONFIG, attention_head_dim=64, cross_attention_dim=4 * 64)  # LTX: text width = inner width
     model = tiny_ltx(config, dtype=torch.bfloat16, device="cuda")
     inputs = ltx_inputs(config, tokens=(4, 8, 12), dtype=torch.bfloat16, device="cuda")
+    ref, eager, calls, compiled, compiled_calls = kernelized_eager_and_compiled(model, inputs, ltx)
     with torch.no_grad():
-        ref = model(**inputs)[0].float()
-        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
-        calls = op_calls(lambda: model(**inputs))
-        eager = model(**inputs)[0].float()
-        torch._dynamo.reset()
-        compiled_model = torch.compile(model, fullgraph=True)
-        compiled = compiled_model(**inputs)[0].float()
-        compiled_calls = op_calls(lambda: compiled_model(**inputs))
         model.set_attention_backend("native")
         native_calls = op_calls(lambda: model(**inputs))
         model.reset_attention_backend()
@@ -469,16 +472,8 @@ def test_kernelized_ltx_on_cuda_matches_diffusers_eager_and_compiled(ltx, dtype,
     model = tiny_ltx(dtype=dtype, device="cuda")
     inputs = ltx_inputs(per_token_timesteps=per_token, dtype=dtype, device="cuda")
     tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
-    with torch.no_grad():
-        ref = model(**inputs)[0].float()
-        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE | Mode.TORCH_COMPILE)
-        assert model._hubkernels_replaced == expected_replacements(LAYERS)
-        calls = op_calls(lambda: model(**inputs))
-        eager = model(**inputs)[0].float()
-        torch._dynamo.reset()
-        compiled_model = torch.compile(model, fullgraph=True)
-        compiled = compiled_model(**inputs)[0].float()
-        compiled_calls = op_calls(lambda: compiled_model(**inputs))
+    ref, eager, calls, compiled, compiled_calls = kernelized_eager_and_compiled(model, inputs, ltx)
+    assert model._hubkernels_replaced == expected_replacements(LAYERS)
     assert calls["qk_rms_norm_rope_grid"] == LAYERS and calls["gated_residual"] == LAYERS + 1
     # Compiled, the same kernels run: the cross-block residual + AdaLN hand-over too.
     for op in ("qk_rms_norm_rope_grid", "gated_residual", "add_rms_norm_modulate", "rms_norm_modulate"):
