@@ -128,26 +128,29 @@ __device__ __forceinline__ void mask_tail(float (&s)[BN / 2], int first, int tok
 }
 
 // Online softmax of one S tile in place (S becomes P, unnormalised): m is the running row max in the exp2
-// domain, l this thread's share of the row sum, alpha the factor that rescales the previous state.
-template <int BN>
+// domain, l this thread's share of the row sum, alpha the factor that rescales the previous state. Row h's
+// exp2-domain scores are (s - kBase) * f[h]: kBase is 0 for bf16 scores; the INT8 draft's scores arrive as
+// floats offset by an exact integer (scripts/attn_wgmma/int8.cuh), which the exponent's FMA takes off.
+template <int BN, int kBase = 0>
 __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                        float scale_log2) {
-  float mx[2] = {-INFINITY, -INFINITY};
+                                        const float (&f)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY}, c[2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-    const float m_new = fmaxf(m[h], mx[h] * scale_log2);
+    const float m_new = fmaxf(m[h], (kBase ? mx[h] - float(kBase) : mx[h]) * f[h]);
     alpha[h] = ex2(m[h] - m_new);
     m[h] = m_new;
+    c[h] = kBase ? fmaf(float(kBase), f[h], m_new) : m_new;
   }
   float sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
     const int h = (i >> 1) & 1;
-    s[i] = ex2(fmaf(s[i], scale_log2, -m[h]));
+    s[i] = ex2(fmaf(s[i], f[h], -c[h]));
     sum[h] += s[i];
   }
 #pragma unroll
@@ -156,7 +159,7 @@ __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float
 
 // The bf16 scores: S = Q K^T by wgmma from the swizzled tiles, scaled by scale * log2(e) in the softmax.
 // A Scores policy names its q/k rows' bytes and tensor-map format, the state a thread keeps for its two rows,
-// and tile(), which turns one K tile into the thread's scores.
+// tile(), which turns one K tile into the thread's scores, and softmax(), the online softmax of them.
 struct Bf16Scores {
   static constexpr int kQKRowBytes = kRowBytes;
   static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
@@ -165,15 +168,21 @@ struct Bf16Scores {
   float scale_log2;
 
   __device__ __forceinline__ Rows rows(int, int, int, int, int, int) const { return {}; }
-  __device__ __forceinline__ float softmax_scale() const { return scale_log2; }
 
   template <int BN>
-  __device__ __forceinline__ void tile(float (&s)[BN / 2], const Rows&, uint32_t q_addr, uint32_t k_addr, int) const {
+  __device__ __forceinline__ void tile(float (&s)[BN / 2], Rows&, uint32_t q_addr, uint32_t k_addr, int) const {
     wgmma_fence();
     qk<BN>(s, q_addr, k_addr);
     wgmma_commit();
     wgmma_wait_all();
     pin(s);
+  }
+
+  template <int BN>
+  __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                          const Rows&) const {
+    const float f[2] = {scale_log2, scale_log2};
+    ltx_cuda_sm90::softmax<BN>(s, m, l, alpha, f);
   }
 };
 
@@ -238,7 +247,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     const int w = wg - 1, lane = t % 32;
     const uint32_t q_addr = smem_addr(sm.q) + w * 64 * QK_ROW;
     const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
-    const typename Scores::Rows rows = scores.rows(b, h, row0, tokens, heads, n_tiles);
+    typename Scores::Rows rows = scores.rows(b, h, row0, tokens, heads, n_tiles);
     float o[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[i] = 0.f;
@@ -252,7 +261,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       mbar_wait(&sm.k_full[s], phase);
       scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
       if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
-      softmax<BN>(sc, m, l, alpha, scores.softmax_scale());
+      scores.template softmax<BN>(sc, m, l, alpha, rows);
 #pragma unroll
       for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
       // P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.

@@ -31,17 +31,21 @@ __device__ __forceinline__ void pin(int32_t (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// int32 -> float32 exactly for |x| < 2^22 (|q8 . k8| <= 127 * 127 * 64 < 2^20) with two full-rate ops, not I2F.
-__device__ __forceinline__ float i2f_small(int32_t x) { return __int_as_float(x + 0x4B400000) - 12582912.f; }
+// An int32 score x as the float kMagic + x, exactly (|x| <= 127 * 127 * 64 < 2^22, where the ulp of kMagic's
+// binade is 1): one integer add, no I2F. The softmax subtracts kMagic inside the exponent's FMA.
+constexpr int32_t kMagicBits = 0x4B400000;  // the float 1.5 * 2^23
+constexpr int kMagic = 12582912;           // its value
 
-// The 8-bit scores: q8 k8^T by INT8 wgmma (two k32 steps along the 64-byte swizzled rows), converted exactly to
-// fp32 and scaled by the row's q scale times the tile's k scale: already in the exp2 domain.
+// The 8-bit scores: q8 k8^T by INT8 wgmma (two k32 steps along the 64-byte swizzled rows). A score costs one
+// integer add more than a bf16 one: the row's factor f = q scale x k scale is applied in the softmax's FMA,
+// exp2((kMagic + x) f - (kMagic f + m)), and the row maximum is taken on kMagic + x (monotonic in x).
 struct Int8Scores {
   static constexpr int kQKRowBytes = kHeadDim;  // one token's head in INT8: one 64-byte swizzle row
   static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   static constexpr CUtensorMapSwizzle kSwizzle = CU_TENSOR_MAP_SWIZZLE_64B;
   struct Rows {
-    float q[2];      // the q scales of this thread's two rows (0 past the last token)
+    float q[2];      // the q scales of this thread's two rows (1 past the last token: no 0 * inf there)
+    float f[2];      // this tile's factors: q scale x the tile's k scale
     const float* k;  // this (batch, head)'s k scales, one per 128-token tile
   };
   const float* q_scale;  // [B, H, S]
@@ -51,15 +55,13 @@ struct Int8Scores {
     Rows r;
     const size_t bh = static_cast<size_t>(b) * heads + h;
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) r.q[hh] = row0 + 8 * hh < tokens ? q_scale[bh * tokens + row0 + 8 * hh] : 0.f;
+    for (int hh = 0; hh < 2; ++hh) r.q[hh] = row0 + 8 * hh < tokens ? q_scale[bh * tokens + row0 + 8 * hh] : 1.f;
     r.k = k_scale + bh * n_tiles;
     return r;
   }
-  __device__ __forceinline__ float softmax_scale() const { return 1.f; }
 
   template <int BN>
-  __device__ __forceinline__ void tile(float (&s)[BN / 2], const Rows& r, uint32_t q_addr, uint32_t k_addr,
-                                      int j) const {
+  __device__ __forceinline__ void tile(float (&s)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr, int j) const {
     static_assert(BN == 128, "one k scale per 128-token tile");
     const float kt = r.k[j];
     int32_t acc[BN / 2];
@@ -70,9 +72,17 @@ struct Int8Scores {
     wgmma_commit();
     wgmma_wait_all();
     pin(acc);
-    const float f[2] = {r.q[0] * kt, r.q[1] * kt};
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s[i] = i2f_small(acc[i]) * f[(i >> 1) & 1];
+    for (int i = 0; i < BN / 2; ++i) s[i] = __int_as_float(acc[i] + kMagicBits);
+    r.f[0] = r.q[0] * kt;
+    r.f[1] = r.q[1] * kt;
+  }
+
+  // attention.cuh's online softmax, the factor and kMagic applied in the exponent's FMA
+  template <int BN>
+  __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                          const Rows& r) const {
+    ltx_cuda_sm90::softmax<BN, kMagic>(s, m, l, alpha, r.f);
   }
 };
 

@@ -26,8 +26,8 @@ RESCALE = "#pragma unroll\n      for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >
 PATCHES = {
     "planted": [
         (
-            "s[i] = ex2(fmaf(s[i], scale_log2, -m[h]));",
-            "s[i] = ex2(__bfloat162float(__float2bfloat16(fmaf(s[i], scale_log2, -m[h]))));",
+            "s[i] = ex2(fmaf(s[i], f[h], -c[h]));",
+            "s[i] = ex2(__bfloat162float(__float2bfloat16(fmaf(s[i], f[h], -c[h]))));",
         )
     ],
     # skip O's rescale when no row of the warp got a new maximum (alpha == 1: the product is exact anyway)
@@ -38,8 +38,9 @@ PATCHES = {
     "lazy-max": [
         (RESCALE, "      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f))\n" + RESCALE),
         (
-            "const float m_new = fmaxf(m[h], mx[h] * scale_log2);",
-            "const float m_new = mx[h] * scale_log2 > m[h] + 8.f ? mx[h] * scale_log2 : m[h];",
+            "const float m_new = fmaxf(m[h], (kBase ? mx[h] - float(kBase) : mx[h]) * f[h]);",
+            "const float x_ = (kBase ? mx[h] - float(kBase) : mx[h]) * f[h];\n"
+            "    const float m_new = x_ > m[h] + 8.f ? x_ : m[h];",
         ),
     ],
 }
