@@ -8,18 +8,23 @@ rounding. Shared by the CPU and GPU correctness tests and by the benchmarks.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
 __all__ = [
+    "GATE_8BIT",
     "K_BLOCK",
     "TOLERANCES",
     "add_rms_norm_modulate",
+    "as_accurate_as",
     "attention",
     "attention_int8",
+    "errors",
     "gated_residual",
     "gelu_tanh",
+    "int8_scores",
+    "meets_8bit_gate",
     "qk_rms_norm_rope",
     "quantize_k_int8",
     "quantize_q_int8",
@@ -152,6 +157,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional
     return out.transpose(1, 2)
 
 
+# ---- the attention kernels' quality gates, per call against fp32 attention -------------------------------
+# (tests/ltx/test_attention.py and scripts/attn_wgmma/probe.py)
+
+GATE_8BIT = (0.9995, 0.02)  # the 8-bit mode: cosine similarity at least, relative L1 at most
+
+
+def errors(out: torch.Tensor, reference: torch.Tensor) -> tuple[float, float]:
+    """(cosine similarity, relative L1) of out against the reference, in float64."""
+    o, r = _f64(out).flatten(), _f64(reference).flatten()
+    return torch.nn.functional.cosine_similarity(o, r, dim=0).item(), ((o - r).abs().sum() / r.abs().sum()).item()
+
+
+def meets_8bit_gate(cos: float, l1: float) -> bool:
+    return cos >= GATE_8BIT[0] and l1 <= GATE_8BIT[1]
+
+
+def as_accurate_as(cos: float, l1: float, cos_peer: float, l1_peer: float) -> bool:
+    """The lossless kernel's gate: 1 - cosine within 1.10x the peer's (cuDNN BF16), relative L1 within 1.05x."""
+    return 1 - cos <= (1 - cos_peer) * 1.10 + 1e-7 and l1 <= l1_peer * 1.05
+
+
 # ---- the 8-bit attention's math ----------------------------------------------------------------------
 # INT8 q k^T in the spirit of SageAttention: q scaled per token (the softmax scale and log2(e) folded in), k
 # smoothed by its mean over tokens (a per-channel shift that cancels in the softmax and takes K's channel
@@ -162,18 +188,22 @@ LOG2E = 1.4426950408889634
 K_BLOCK = 128  # tokens of k that share one scale: one K tile of the kernel
 
 
-def _to_int8(x: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric INT8 of x (float32) with one scale per entry of amax (broadcast over x): round to nearest even."""
-    s = amax.clamp_min(torch.finfo(torch.float32).tiny) / 127
-    return torch.round(x / s).clamp(-127, 127).to(torch.int8), s
+def _int8_scale(amax: torch.Tensor) -> torch.Tensor:
+    """The symmetric INT8 scale of values up to amax: amax / 127 (at least the smallest normal float)."""
+    return amax.clamp_min(torch.finfo(torch.float32).tiny) / 127
+
+
+def _to_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x (float32) / scale rounded to nearest even, in [-127, 127]."""
+    return torch.round(x / scale).clamp(-127, 127).to(torch.int8)
 
 
 def quantize_q_int8(q: torch.Tensor, scale: Optional[float] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(q8 [B, S, H, D] int8, q_scale [B, H, S] float32) of q * scale * log2(e): one scale per token and head."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     x = q.float() * (scale * LOG2E)
-    q8, s = _to_int8(x, x.abs().amax(-1, keepdim=True))
-    return q8, s[..., 0].transpose(1, 2).contiguous()
+    s = _int8_scale(x.abs().amax(-1, keepdim=True))
+    return _to_int8(x, s), s[..., 0].transpose(1, 2).contiguous()
 
 
 def quantize_k_int8(k: torch.Tensor, *, smooth: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -182,29 +212,35 @@ def quantize_k_int8(k: torch.Tensor, *, smooth: bool = True) -> tuple[torch.Tens
     x = k.float()
     mean = x.mean(1, keepdim=True) if smooth else torch.zeros_like(x[:, :1])
     x = x - mean
-    b, s, h, d = x.shape
-    blocks = -(-s // K_BLOCK)
+    s, blocks = x.shape[1], -(-x.shape[1] // K_BLOCK)
     padded = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, blocks * K_BLOCK - s))
-    amax = padded.abs().unflatten(1, (blocks, K_BLOCK)).amax(dim=(2, 4))  # [B, blocks, H]
-    k8, _ = _to_int8(x, amax.repeat_interleave(K_BLOCK, dim=1)[:, :s, :, None])
-    k_scale = amax.clamp_min(torch.finfo(torch.float32).tiny) / 127
+    k_scale = _int8_scale(padded.abs().unflatten(1, (blocks, K_BLOCK)).amax(dim=(2, 4)))  # [B, blocks, H]
+    k8 = _to_int8(x, k_scale.repeat_interleave(K_BLOCK, dim=1)[:, :s, :, None])
     return k8, k_scale.transpose(1, 2).contiguous(), mean[:, 0].contiguous()
+
+
+def int8_scores(
+    q: torch.Tensor, k: torch.Tensor, scale: Optional[float] = None, *, smooth_k: bool = True
+) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """(b, h, scores) per batch and head: the 8-bit attention's exp2-domain scores, float64 [S, S], from INT8 q
+    and k (quantize_q_int8, quantize_k_int8)."""
+    q8, q_scale = quantize_q_int8(q, scale)
+    k8, k_scale, _ = quantize_k_int8(k, smooth=smooth_k)
+    k_scale = k_scale.repeat_interleave(K_BLOCK, dim=-1)[..., : k.shape[1]].double()
+    q8, k8 = (t.transpose(1, 2).double() for t in (q8, k8))
+    for b in range(q8.shape[0]):
+        for h in range(q8.shape[1]):
+            yield b, h, (q8[b, h] @ k8[b, h].T) * q_scale[b, h, :, None].double() * k_scale[b, h]
 
 
 def attention_int8(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float] = None, *, smooth_k: bool = True
 ) -> torch.Tensor:
-    """What the 8-bit attention computes: scores from INT8 q and k (quantize_q_int8, quantize_k_int8) in the exp2
-    domain, fp32 softmax, P rounded to bf16 times bf16 v with exact accumulation; float64 out, [B, S, H, D]."""
-    q8, q_scale = quantize_q_int8(q, scale)
-    k8, k_scale, _ = quantize_k_int8(k, smooth=smooth_k)
-    k_scale = k_scale.repeat_interleave(K_BLOCK, dim=-1)[..., : k.shape[1]]
-    q8, k8 = (t.transpose(1, 2).double() for t in (q8, k8))
+    """What the 8-bit attention computes: int8_scores, fp32 softmax, P rounded to bf16 times bf16 v with exact
+    accumulation; float64 out, [B, S, H, D]."""
     v = v.to(torch.bfloat16).transpose(1, 2).double()
-    out = torch.empty_like(q8)
-    for b in range(q8.shape[0]):
-        for h in range(q8.shape[1]):
-            s2 = (q8[b, h] @ k8[b, h].T) * q_scale[b, h, :, None].double() * k_scale[b, h].double()
-            p = torch.exp2(s2.float() - s2.float().amax(-1, keepdim=True))
-            out[b, h] = (p.to(torch.bfloat16).double() @ v[b, h]) / p.double().sum(-1, keepdim=True)
+    out = torch.empty_like(v)
+    for b, h, s2 in int8_scores(q, k, scale, smooth_k=smooth_k):
+        p = torch.exp2(s2.float() - s2.float().amax(-1, keepdim=True))
+        out[b, h] = (p.to(torch.bfloat16).double() @ v[b, h]) / p.double().sum(-1, keepdim=True)
     return out.transpose(1, 2)

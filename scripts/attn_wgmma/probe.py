@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent / "tests"))
+import ltx_reference  # noqa: E402  (the tests' references and quality gates)
+
 KERNEL = HERE.parent.parent / "kernel_src" / "ltx_cuda_sm90"
 SO = Path(os.environ.get("ATTN_SO", "/tmp/attn_wgmma.so"))
 RESCALE = "#pragma unroll\n      for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];"
@@ -98,17 +101,7 @@ def sdpa(torch, q, k, v, backend):
         ).transpose(1, 2)
 
 
-def quality(o, ref):
-    import torch
-
-    o, ref = o.double().flatten(), ref.double().flatten()
-    cos = torch.nn.functional.cosine_similarity(o, ref, dim=0).item()
-    return cos, ((o - ref).abs().sum() / ref.abs().sum()).item()
-
-
-def gate(cos: float, l1: float, cos_cudnn: float, l1_cudnn: float) -> bool:
-    """tests/ltx/test_attention.py's quality gate: no worse than cuDNN BF16 on the same inputs."""
-    return 1 - cos <= (1 - cos_cudnn) * 1.10 + 1e-7 and l1 <= l1_cudnn * 1.05
+quality = ltx_reference.errors  # (cosine similarity, relative L1) against a reference
 
 
 def one(variant: int, patch: str | None = None) -> dict:
@@ -140,7 +133,7 @@ def one(variant: int, patch: str | None = None) -> dict:
             torch.cuda.synchronize()
             ref = sdpa(torch, q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
             cos, l1 = quality(o, ref)
-            ok = gate(cos, l1, *quality(sdpa(torch, q, k, v, SDPBackend.CUDNN_ATTENTION), ref))
+            ok = ltx_reference.as_accurate_as(cos, l1, *quality(sdpa(torch, q, k, v, SDPBackend.CUDNN_ATTENTION), ref))
             res.setdefault("quality", []).append([seed, name, cos, l1, bool(torch.isnan(o).any())])
             res["gate"] = res.get("gate", True) and ok
     for n in (1000, 77):  # tokens that fill no tile: masked scores, unstored rows
@@ -157,9 +150,6 @@ def one(variant: int, patch: str | None = None) -> dict:
     return res
 
 
-GATE_8BIT = (0.9995, 0.02)  # tests/ltx/test_attention.py's: cosine at least, relative L1 at most
-
-
 def one_int8() -> dict:
     """The 8-bit draft: the gate against fp32 on both input sets, agreement with ltx_reference.attention_int8
     (the math it must compute), the planted bug (K unsmoothed) failing the gate, then the time with and
@@ -168,9 +158,7 @@ def one_int8() -> dict:
     import triton
     from torch.nn.attention import SDPBackend
 
-    sys.path.insert(0, str(HERE.parent.parent / "tests"))
-    import ltx_reference as ref
-
+    ref = ltx_reference
     lib = ctypes.CDLL(str(SO))
     lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
     dev = torch.device("cuda")
@@ -194,7 +182,7 @@ def one_int8() -> dict:
             o = run(q, k, v, torch.full_like(q, float("nan")))
             cos, l1 = quality(o, ref32)
             res["quality"].append([seed, name, cos, l1, bool(torch.isnan(o).any())])
-            res["gate"] = res["gate"] and cos >= GATE_8BIT[0] and l1 <= GATE_8BIT[1]
+            res["gate"] = res["gate"] and ref.meets_8bit_gate(cos, l1)
             if name == "k-outliers":
                 cos_p, l1_p = quality(run(q, k, v, torch.empty_like(q), smooth=False), ref32)
                 res.setdefault("planted_unsmoothed", []).append([seed, cos_p, l1_p])
