@@ -206,27 +206,29 @@ def quantize_q_int8(q: torch.Tensor, scale: Optional[float] = None) -> tuple[tor
     return _to_int8(x, s), s[..., 0].transpose(1, 2).contiguous()
 
 
-def quantize_k_int8(k: torch.Tensor, *, smooth: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(k8 [B, S, H, D] int8, k_scale [B, H, ceil(S / K_BLOCK)] float32, k_mean [B, H, D] float32): k minus
-    its mean over tokens (zero without smoothing), one scale per head and block of K_BLOCK tokens."""
+def quantize_k_int8(
+    k: torch.Tensor, *, smooth: bool = True, block: int = K_BLOCK
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(k8 [B, S, H, D] int8, k_scale [B, H, ceil(S / block)] float32, k_mean [B, H, D] float32): k minus
+    its mean over tokens (zero without smoothing), one scale per head and block of tokens (the kernel's: K_BLOCK)."""
     x = k.float()
     mean = x.mean(1, keepdim=True) if smooth else torch.zeros_like(x[:, :1])
     x = x - mean
-    s, blocks = x.shape[1], -(-x.shape[1] // K_BLOCK)
-    padded = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, blocks * K_BLOCK - s))
-    k_scale = _int8_scale(padded.abs().unflatten(1, (blocks, K_BLOCK)).amax(dim=(2, 4)))  # [B, blocks, H]
-    k8 = _to_int8(x, k_scale.repeat_interleave(K_BLOCK, dim=1)[:, :s, :, None])
+    s, blocks = x.shape[1], -(-x.shape[1] // block)
+    padded = torch.nn.functional.pad(x, (0, 0, 0, 0, 0, blocks * block - s))
+    k_scale = _int8_scale(padded.abs().unflatten(1, (blocks, block)).amax(dim=(2, 4)))  # [B, blocks, H]
+    k8 = _to_int8(x, k_scale.repeat_interleave(block, dim=1)[:, :s, :, None])
     return k8, k_scale.transpose(1, 2).contiguous(), mean[:, 0].contiguous()
 
 
 def int8_scores(
-    q: torch.Tensor, k: torch.Tensor, scale: Optional[float] = None, *, smooth_k: bool = True
+    q: torch.Tensor, k: torch.Tensor, scale: Optional[float] = None, *, smooth_k: bool = True, k_block: int = K_BLOCK
 ) -> Iterator[tuple[int, int, torch.Tensor]]:
     """(b, h, scores) per batch and head: the 8-bit attention's exp2-domain scores, float64 [S, S], from INT8 q
-    and k (quantize_q_int8, quantize_k_int8)."""
+    and k (quantize_q_int8, quantize_k_int8 with k_block tokens per k scale)."""
     q8, q_scale = quantize_q_int8(q, scale)
-    k8, k_scale, _ = quantize_k_int8(k, smooth=smooth_k)
-    k_scale = k_scale.repeat_interleave(K_BLOCK, dim=-1)[..., : k.shape[1]].double()
+    k8, k_scale, _ = quantize_k_int8(k, smooth=smooth_k, block=k_block)
+    k_scale = k_scale.repeat_interleave(k_block, dim=-1)[..., : k.shape[1]].double()
     q8, k8 = (t.transpose(1, 2).double() for t in (q8, k8))
     for b in range(q8.shape[0]):
         for h in range(q8.shape[1]):
@@ -234,13 +236,19 @@ def int8_scores(
 
 
 def attention_int8(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float] = None, *, smooth_k: bool = True
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: Optional[float] = None,
+    *,
+    smooth_k: bool = True,
+    k_block: int = K_BLOCK,
 ) -> torch.Tensor:
     """What the 8-bit attention computes: int8_scores, fp32 softmax, P rounded to bf16 times bf16 v with exact
     accumulation; float64 out, [B, S, H, D]."""
     v = v.to(torch.bfloat16).transpose(1, 2).double()
     out = torch.empty_like(v)
-    for b, h, s2 in int8_scores(q, k, scale, smooth_k=smooth_k):
+    for b, h, s2 in int8_scores(q, k, scale, smooth_k=smooth_k, k_block=k_block):
         p = torch.exp2(s2.float() - s2.float().amax(-1, keepdim=True))
         out[b, h] = (p.to(torch.bfloat16).double() @ v[b, h]) / p.double().sum(-1, keepdim=True)
     return out.transpose(1, 2)

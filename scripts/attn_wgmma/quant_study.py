@@ -49,6 +49,7 @@ def main(tokens: int) -> None:
         ).transpose(1, 2),
         "INT8 q k^T, K smoothed (the 8-bit math)": ref.attention_int8,
         "INT8 q k^T, K not smoothed": lambda q, k, v: ref.attention_int8(q, k, v, smooth_k=False),
+        "INT8 q k^T, K smoothed, a k scale per token": lambda q, k, v: ref.attention_int8(q, k, v, k_block=1),
         "INT8 q k^T, FP8 P V": int8_fp8,
     }
     print(f"[1, {tokens}, 4, 64], 1 - cosine / relative L1 against fp64\n")
