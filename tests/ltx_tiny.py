@@ -72,6 +72,32 @@ def ltx_inputs(
     )
 
 
+def capture_self_attention(
+    ltx, config: dict[str, Any], tokens: tuple[int, int, int], *, device: str, dtype: torch.dtype = torch.bfloat16
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor]:
+    """(q, k, v of every self-attention call, output) of one forward of the kernelized LTX-Video transformer with
+    seeded random weights: what the kernel's attention processor hands ltx_kernels.attention, on any device."""
+    from hubkernels.integrations import diffusers as hd
+    from hubkernels.layers import Mode
+
+    calls = []
+
+    def record(q, k, v, scale=None):
+        calls.append((q.clone(), k.clone(), v.clone()))
+        return ltx.attention(q, k, v, scale)
+
+    saved = ltx.layers.attention, ltx.layers.attention_on_kernel
+    ltx.layers.attention, ltx.layers.attention_on_kernel = record, lambda q, k, v: True  # on the CPU too
+    try:
+        model = tiny_ltx(config, dtype=dtype, device=device)
+        hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE)
+        with torch.no_grad():
+            out = model(**ltx_inputs(config, tokens=tokens, dtype=dtype, device=device))[0]
+    finally:
+        ltx.layers.attention, ltx.layers.attention_on_kernel = saved
+    return calls, out
+
+
 def ltx_forward():
     """The kernel root's benchmarks/ltx_forward.py (the LTX-Video model helpers of the benchmarks)."""
     from hubkernels.author.bench import load_script

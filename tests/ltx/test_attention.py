@@ -16,11 +16,8 @@ import ltx_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
-from ltx_tiny import LTX_2B_CONFIG, ltx_inputs, tiny_ltx
+from ltx_tiny import LTX_2B_CONFIG, capture_self_attention, ltx_inputs, tiny_ltx
 from torch.nn.attention import SDPBackend, sdpa_kernel
-
-from hubkernels.integrations import diffusers as hd
-from hubkernels.layers import Mode
 
 
 def _qkv(b: int, s: int, h: int, d: int = 64, *, dtype=torch.bfloat16, device="cpu", seed=0, k_outliers=False):
@@ -37,26 +34,6 @@ def _sdpa(q, k, v, backend=None, scale=None):
         return F.scaled_dot_product_attention(qt, kt, vt, scale=scale).transpose(1, 2)
     with sdpa_kernel(backend):
         return F.scaled_dot_product_attention(qt, kt, vt, scale=scale).transpose(1, 2)
-
-
-def _captured_self_attention(
-    ltx, monkeypatch, config, tokens, device, dtype=torch.bfloat16
-) -> tuple[list, torch.Tensor]:
-    """(q, k, v of every self-attention call, output) of a forward of the kernelized LTX-Video transformer with
-    seeded random weights: what the kernel's attention processor hands ltx_kernels.attention."""
-    calls = []
-
-    def record(q, k, v, scale=None):
-        calls.append((q.clone(), k.clone(), v.clone()))
-        return ltx.attention(q, k, v, scale)
-
-    monkeypatch.setattr(ltx.layers, "attention", record)
-    monkeypatch.setattr(ltx.layers, "attention_on_kernel", lambda q, k, v: True)  # on the CPU too
-    model = tiny_ltx(config, dtype=dtype, device=device)
-    hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE)
-    with torch.no_grad():
-        out = model(**ltx_inputs(config, tokens=tokens, dtype=dtype, device=device))[0]
-    return calls, out
 
 
 def test_on_the_cpu_attention_is_torchs_sdpa_in_the_projection_layout(ltx):
@@ -97,11 +74,11 @@ def test_the_8bit_gate_fails_k_left_unsmoothed_on_channel_outliers():
     assert cos < ref.GATE_8BIT[0] and l1 > ref.GATE_8BIT[1], (cos, l1)  # both measures fail
 
 
-def test_on_qkv_from_an_ltx_2b_block_the_8bit_math_meets_the_8bit_gate(ltx, monkeypatch):
+def test_on_qkv_from_an_ltx_2b_block_the_8bit_math_meets_the_8bit_gate(ltx):
     """One block at the 2B model's widths (32 heads of 64), 384 tokens, fp32 on the CPU (bf16 matmuls are slow
     here): the logits its q/k norms and RoPE give, q, k, v rounded to bf16 as the GPU forward has them."""
     config = dict(LTX_2B_CONFIG, num_layers=1)
-    calls, _ = _captured_self_attention(ltx, monkeypatch, config, (4, 8, 12), "cpu", torch.float32)
+    calls, _ = capture_self_attention(ltx, config, (4, 8, 12), device="cpu", dtype=torch.float32)
     assert len(calls) == 1
     q, k, v = (t.to(torch.bfloat16) for t in calls[0])
     assert q.shape == (2, 384, 32, 64)
@@ -149,10 +126,10 @@ def test_the_kernel_is_as_accurate_as_cudnn_bf16(ltx, shape, k_outliers, seed):
 
 @pytest.mark.gpu
 @needs_sm90
-def test_on_qkv_captured_from_the_ltx_2b_forward_the_kernel_is_as_accurate_as_cudnn(ltx, monkeypatch):
+def test_on_qkv_captured_from_the_ltx_2b_forward_the_kernel_is_as_accurate_as_cudnn(ltx):
     """All 28 self-attention calls of the 2B forward at 6,144 tokens (768x512, 121 frames); and the 8-bit math
     on every call, a quarter of the heads each (the fp64 reference's time)."""
-    calls, _ = _captured_self_attention(ltx, monkeypatch, LTX_2B_CONFIG, (16, 16, 24), "cuda")
+    calls, _ = capture_self_attention(ltx, LTX_2B_CONFIG, (16, 16, 24), device="cuda")
     assert len(calls) == LTX_2B_CONFIG["num_layers"]
     for q, k, v in calls:
         assert ltx.attention_on_kernel(q, k, v)
@@ -167,7 +144,7 @@ def test_on_qkv_captured_from_the_ltx_2b_forward_the_kernel_is_as_accurate_as_cu
 
 @pytest.mark.gpu
 @needs_sm90
-def test_the_2b_forward_on_the_kernel_is_as_close_to_fp32_as_diffusers_bf16(ltx, monkeypatch):
+def test_the_2b_forward_on_the_kernel_is_as_close_to_fp32_as_diffusers_bf16(ltx):
     """The whole output: the kernelized bf16 forward (this attention and the fused ops) against the fp32 forward,
     no further than diffusers' own bf16 forward is."""
     config, tokens = LTX_2B_CONFIG, (16, 16, 24)
@@ -176,7 +153,7 @@ def test_the_2b_forward_on_the_kernel_is_as_close_to_fp32_as_diffusers_bf16(ltx,
         stock = tiny_ltx(config, dtype=torch.bfloat16, device="cuda")
         stock_out = stock(**ltx_inputs(config, tokens=tokens, dtype=torch.bfloat16, device="cuda"))[0]
         del stock
-    calls, out = _captured_self_attention(ltx, monkeypatch, config, tokens, "cuda")
+    calls, out = capture_self_attention(ltx, config, tokens, device="cuda")
     assert len(calls) == config["num_layers"]
     cos, l1 = ref.errors(out, fp32)
     cos_stock, l1_stock = ref.errors(stock_out, fp32)
