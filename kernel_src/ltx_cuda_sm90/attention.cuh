@@ -80,11 +80,7 @@ __device__ __forceinline__ uint64_t desc_swizzled(uint32_t addr) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N = 0>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void wgmma_wait_all() { wgmma_wait<0>(); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
 
 // Keeps the compiler from reading accumulators before the wgmma that writes them has been waited for.
 template <int N>
@@ -98,21 +94,6 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-
-// 2^x on the FMA pipe, for x >= -125 (smaller x give tiny normals, not 0): x rounded to the nearest integer n
-// by the 1.5 * 2^23 trick, a degree-3 minimax polynomial of 2^f on [-1/2, 1/2] (relative error 7.5e-5, a 25th
-// of a bf16 P's rounding), n added into the exponent bits (t's low bits are n, so t << 23 is n << 23).
-__device__ __forceinline__ float ex2_poly(float x) {
-  x = fmaxf(x, -125.f);
-  const float t = __fadd_rn(x, 12582912.f);
-  const float f = __fsub_rn(x, __fsub_rn(t, 12582912.f));
-  const float p = fmaf(fmaf(fmaf(0.05517150089f, f, 0.2426109612f), f, 0.6932609677f), f, 0.9999280572f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
-// Which of a thread's scores take ex2_poly instead of the MUFU unit's ex2: bit i % 8 for score i. The MUFU
-// unit does 16 exponentials per clock per SM, the FMA pipe 128 FMAs, so moving a share balances the two.
-constexpr unsigned kPolyMask = 0;
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -169,8 +150,7 @@ __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
     const int h = (i >> 1) & 1;
-    const float x = fmaf(s[i], f[h], -c[h]);
-    s[i] = (kPolyMask >> (i % 8)) & 1 ? ex2_poly(x) : ex2(x);
+    s[i] = ex2(fmaf(s[i], f[h], -c[h]));
     sum[h] += s[i];
   }
 #pragma unroll
@@ -178,30 +158,24 @@ __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float
 }
 
 // The bf16 scores: S = Q K^T by wgmma from the swizzled tiles, scaled by scale * log2(e) in the softmax.
-// A Scores policy names its q/k rows' bytes and tensor-map format, its accumulator type, the state a thread
-// keeps for its two rows, issue(), the wgmmas of one K tile's scores (the caller fences, commits and waits),
-// finish(), which turns the waited-for accumulators into the thread's scores, and softmax(), the online
-// softmax of them.
+// A Scores policy names its q/k rows' bytes and tensor-map format, the state a thread keeps for its two rows,
+// tile(), which turns one K tile into the thread's scores, and softmax(), the online softmax of them.
 struct Bf16Scores {
   static constexpr int kQKRowBytes = kRowBytes;
   static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   static constexpr CUtensorMapSwizzle kSwizzle = CU_TENSOR_MAP_SWIZZLE_128B;
-  using Acc = float;
   struct Rows {};
   float scale_log2;
 
   __device__ __forceinline__ Rows rows(int, int, int, int, int, int) const { return {}; }
 
   template <int BN>
-  __device__ __forceinline__ void issue(float (&a)[BN / 2], Rows&, uint32_t q_addr, uint32_t k_addr, int) const {
-    qk<BN>(a, q_addr, k_addr);
-  }
-
-  template <int BN>
-  __device__ __forceinline__ void finish(float (&s)[BN / 2], float (&a)[BN / 2], Rows&, int) const {
-    pin(a);
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s[i] = a[i];
+  __device__ __forceinline__ void tile(float (&s)[BN / 2], Rows&, uint32_t q_addr, uint32_t k_addr, int) const {
+    wgmma_fence();
+    qk<BN>(s, q_addr, k_addr);
+    wgmma_commit();
+    wgmma_wait_all();
+    pin(s);
   }
 
   template <int BN>
@@ -228,24 +202,7 @@ __host__ __device__ constexpr int consumer_registers() {
   return NWG == 2 ? 240 : 160;  // what 65536 registers leave after the producer's 24 x 128
 }
 
-// O *= alpha, row by row (alpha: the online softmax's rescale of the previous state)
-__device__ __forceinline__ void rescale(float (&o)[32], const float (&alpha)[2]) {
-#pragma unroll
-  for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
-}
-
-// P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.
-template <int BN>
-__device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-}
-
-// OVERLAP: a consumer issues tile j's Q K^T and tile j-1's P V together and runs j's softmax while P V runs
-// (the tensor core and the softmax of one warpgroup overlap, not only those of different warpgroups).
-template <class Scores, int NWG, int BN, int STAGES, bool OVERLAP>
+template <class Scores, int NWG, int BN, int STAGES>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
@@ -296,70 +253,30 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     for (int i = 0; i < 32; ++i) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
     uint32_t p[BN / 16][4];
-    typename Scores::Acc acc[BN / 2];
-    float sc[BN / 2];
     mbar_wait(&sm.q_full, 0);
-    if constexpr (!OVERLAP) {
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % STAGES;
-        const uint32_t phase = (j / STAGES) & 1;
-        mbar_wait(&sm.k_full[s], phase);
-        wgmma_fence();
-        scores.template issue<BN>(acc, rows, q_addr, smem_addr(sm.k[s]), j);
-        wgmma_commit();
-        wgmma_wait_all();
-        scores.template finish<BN>(sc, acc, rows, j);
-        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
-        scores.template softmax<BN>(sc, m, l, alpha, rows);
-        rescale(o, alpha);
-        to_p<BN>(p, sc);
-        mbar_wait(&sm.v_full[s], phase);
-        wgmma_fence();
-        pv<BN>(o, p, smem_addr(sm.v[s]));
-        wgmma_commit();
-        wgmma_wait_all();
-        pin(o);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&sm.empty[s]);
-      }
-    } else {
-      // tile 0's scores alone, then per tile j: Q K^T(j) and P V(j - 1) in flight, j's softmax under P V
-      mbar_wait(&sm.k_full[0], 0);
-      wgmma_fence();
-      scores.template issue<BN>(acc, rows, q_addr, smem_addr(sm.k[0]), 0);
-      wgmma_commit();
-      wgmma_wait_all();
-      scores.template finish<BN>(sc, acc, rows, 0);
-      if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
+    for (int j = 0; j < n_tiles; ++j) {
+      const int s = j % STAGES;
+      const uint32_t phase = (j / STAGES) & 1;
+      float sc[BN / 2];
+      mbar_wait(&sm.k_full[s], phase);
+      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+      if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
       scores.template softmax<BN>(sc, m, l, alpha, rows);
-      to_p<BN>(p, sc);
-      for (int j = 1; j < n_tiles; ++j) {
-        const int s = j % STAGES, sp = (j - 1) % STAGES;
-        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
-        wgmma_fence();
-        scores.template issue<BN>(acc, rows, q_addr, smem_addr(sm.k[s]), j);
-        wgmma_commit();
-        mbar_wait(&sm.v_full[sp], ((j - 1) / STAGES) & 1);
-        pv<BN>(o, p, smem_addr(sm.v[sp]));
-        wgmma_commit();
-        wgmma_wait<1>();
-        scores.template finish<BN>(sc, acc, rows, j);
-        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
-        scores.template softmax<BN>(sc, m, l, alpha, rows);
-        wgmma_wait<0>();
-        pin(o);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&sm.empty[sp]);
-        rescale(o, alpha);
-        to_p<BN>(p, sc);
-      }
-      const int sp = (n_tiles - 1) % STAGES;
-      mbar_wait(&sm.v_full[sp], ((n_tiles - 1) / STAGES) & 1);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
+      // P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+      mbar_wait(&sm.v_full[s], phase);
       wgmma_fence();
-      pv<BN>(o, p, smem_addr(sm.v[sp]));
+      pv<BN>(o, p, smem_addr(sm.v[s]));
       wgmma_commit();
       wgmma_wait_all();
       pin(o);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&sm.empty[s]);
     }
 
     // finish the row sums across the quad, normalise, store bf16 pairs of the rows that exist
@@ -421,7 +338,7 @@ inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t 
 
 // Launches one configuration with the given scores; returns nullptr, or what went wrong. The launch itself is
 // checked by the caller.
-template <class Scores, int NWG, int BN, int STAGES, bool OVERLAP = false>
+template <class Scores, int NWG, int BN, int STAGES>
 const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, int64_t batch,
                         int64_t tokens, int64_t heads, cudaStream_t stream) {
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
@@ -431,7 +348,7 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
       !make_map(&tv, v, batch, tokens, heads, BN))
     return "the CUDA driver refused the tensor maps (cuTensorMapEncodeTiled); a driver for CUDA 12 or later is "
            "needed";
-  auto kernel = attention_kernel<Scores, NWG, BN, STAGES, OVERLAP>;
+  auto kernel = attention_kernel<Scores, NWG, BN, STAGES>;
   constexpr int smem = sizeof(Smem<BM, BN, STAGES, QK_ROW>) + 1024;  // + alignment of the swizzled tiles
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return "could not raise the kernel's shared-memory limit on this device";
@@ -443,10 +360,10 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
 }
 
 // The bf16 kernel in one configuration (attention.cu's and the probe's entry).
-template <int NWG, int BN, int STAGES, bool OVERLAP = false>
+template <int NWG, int BN, int STAGES>
 const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
                              int64_t heads, float scale, cudaStream_t stream) {
-  return launch_with<Bf16Scores, NWG, BN, STAGES, OVERLAP>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v, batch,
+  return launch_with<Bf16Scores, NWG, BN, STAGES>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v, batch,
                                                   tokens, heads, stream);
 }
 

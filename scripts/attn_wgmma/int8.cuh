@@ -43,11 +43,9 @@ struct Int8Scores {
   static constexpr int kQKRowBytes = kHeadDim;  // one token's head in INT8: one 64-byte swizzle row
   static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   static constexpr CUtensorMapSwizzle kSwizzle = CU_TENSOR_MAP_SWIZZLE_64B;
-  using Acc = int32_t;
   struct Rows {
     float q[2];      // the q scales of this thread's two rows (1 past the last token: no 0 * inf there)
     float f[2];      // this tile's factors: q scale x the tile's k scale
-    float kt;        // the k scale of the tile in flight (loaded while its wgmma runs)
     const float* k;  // this (batch, head)'s k scales, one per 128-token tile
   };
   const float* q_scale;  // [B, H, S]
@@ -63,22 +61,21 @@ struct Int8Scores {
   }
 
   template <int BN>
-  __device__ __forceinline__ void issue(int32_t (&a)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr,
-                                        int j) const {
+  __device__ __forceinline__ void tile(float (&s)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr, int j) const {
     static_assert(BN == 128, "one k scale per 128-token tile");
+    const float kt = r.k[j];
+    int32_t acc[BN / 2];
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / 32; ++kk)
-      wgmma_s8_n128(a, desc_swizzled<64>(q_addr + kk * 32), desc_swizzled<64>(k_addr + kk * 32), kk > 0);
-    r.kt = r.k[j];
-  }
-
-  template <int BN>
-  __device__ __forceinline__ void finish(float (&s)[BN / 2], int32_t (&a)[BN / 2], Rows& r, int) const {
-    pin(a);
+      wgmma_s8_n128(acc, desc_swizzled<64>(q_addr + kk * 32), desc_swizzled<64>(k_addr + kk * 32), kk > 0);
+    wgmma_commit();
+    wgmma_wait_all();
+    pin(acc);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s[i] = __int_as_float(a[i] + kMagicBits);
-    r.f[0] = r.q[0] * r.kt;
-    r.f[1] = r.q[1] * r.kt;
+    for (int i = 0; i < BN / 2; ++i) s[i] = __int_as_float(acc[i] + kMagicBits);
+    r.f[0] = r.q[0] * kt;
+    r.f[1] = r.q[1] * kt;
   }
 
   // attention.cuh's online softmax, the factor and kMagic applied in the exponent's FMA
@@ -90,12 +87,12 @@ struct Int8Scores {
 };
 
 // The 8-bit attention: three consumer warpgroups, 128-token tiles (a k scale's), STAGES-deep ring.
-template <int STAGES, bool OVERLAP = false>
+template <int STAGES>
 const char* launch_attention_int8(void* out, const void* q8, const void* k8, const void* v, const float* q_scale,
                                   const float* k_scale, int64_t batch, int64_t tokens, int64_t heads,
                                   cudaStream_t stream) {
-  return launch_with<Int8Scores, 3, 128, STAGES, OVERLAP>(Int8Scores{q_scale, k_scale}, out, q8, k8, v, batch,
-                                                          tokens, heads, stream);
+  return launch_with<Int8Scores, 3, 128, STAGES>(Int8Scores{q_scale, k_scale}, out, q8, k8, v, batch, tokens, heads,
+                                                 stream);
 }
 
 }  // namespace ltx_cuda_sm90

@@ -2,8 +2,8 @@
 configurations, with cuDNN in the same run.
 
 python scripts/attn_wgmma/probe.py [variant ...]   (on the GPU machine; compiles shim.cu with nvcc first)
-A variant is a configuration's number, a number and a patch name, or "int8" with the same (the 8-bit draft,
-int8.cuh; its configurations are shim.cu's kInt8Variants).
+A variant is a configuration's number, a number and a patch name, or "int8" with a patch name or none (the 8-bit
+draft, int8.cuh).
 Each variant runs in its own process with a time limit, so a hang costs seconds, not the lease.
 Prints a table; writes $OUT/attn_wgmma_probe.json.
 """
@@ -24,34 +24,42 @@ import ltx_reference  # noqa: E402  (the tests' references and quality gates)
 
 KERNEL = HERE.parent.parent / "kernel_src" / "ltx_cuda_sm90"
 SO = Path(os.environ.get("ATTN_SO", "/tmp/attn_wgmma.so"))
-RESCALE = "#pragma unroll\n  for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];"
+RESCALE = "#pragma unroll\n      for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];"
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
     "planted": [
         (
-            "const float x = fmaf(s[i], f[h], -c[h]);",
-            "const float x = __bfloat162float(__float2bfloat16(fmaf(s[i], f[h], -c[h])));",
+            "s[i] = ex2(fmaf(s[i], f[h], -c[h]));",
+            "s[i] = ex2(__bfloat162float(__float2bfloat16(fmaf(s[i], f[h], -c[h]))));",
         )
     ],
     # skip O's rescale when no row of the warp got a new maximum (alpha == 1: the product is exact anyway)
     "skip-rescale": [
-        (RESCALE, "  if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f))\n" + RESCALE),
+        (RESCALE, "      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f))\n" + RESCALE),
     ],
     # and keep a row's maximum until it grows by more than 8 (P <= 2^8 before normalising), so rescales are rare
     "lazy-max": [
-        (RESCALE, "  if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f))\n" + RESCALE),
+        (RESCALE, "      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f))\n" + RESCALE),
         (
             "const float m_new = fmaxf(m[h], (kBase ? mx[h] - float(kBase) : mx[h]) * f[h]);",
             "const float x_ = (kBase ? mx[h] - float(kBase) : mx[h]) * f[h];\n"
             "    const float m_new = x_ > m[h] + 8.f ? x_ : m[h];",
         ),
     ],
-    # a share of the exponentials on the FMA pipe (ex2_poly): bit i % 8 of the mask for score i
-    **{
-        f"poly{mask:02x}": [("constexpr unsigned kPolyMask = 0;", f"constexpr unsigned kPolyMask = 0x{mask:02x};")]
-        for mask in (0x01, 0x11, 0x49, 0x55, 0xFF)
-    },
+    # timing only (wrong results, the gate fails): where the time goes, by leaving one stage out
+    "time-no-ex2": [
+        (
+            "s[i] = ex2(fmaf(s[i], f[h], -c[h]));",
+            "s[i] = fmaf(s[i], f[h], -c[h]);",
+        )
+    ],
+    "time-no-pv": [
+        (
+            "pv<BN>(o, p, smem_addr(sm.v[s]));",
+            'for (int kk = 0; kk < BN / 16; ++kk) for (int r = 0; r < 4; ++r) asm volatile("" ::"r"(p[kk][r]));',
+        )
+    ],
 }
 PATCHED = Path("/tmp/attn_patched")
 B, H, N, D = 2, 32, 6144, 64
@@ -159,7 +167,7 @@ def one(variant: int, patch: str | None = None) -> dict:
     return res
 
 
-def one_int8(variant: int = 0, patch: str | None = None) -> dict:
+def one_int8(patch: str | None = None) -> dict:
     """The 8-bit draft: the gate against fp32 on both input sets, agreement with ltx_reference.attention_int8
     (the math it must compute), the planted bug (K unsmoothed) failing the gate, then the time with and
     without the quantisation (ltx_reference's quantisers as torch ops)."""
@@ -169,13 +177,13 @@ def one_int8(variant: int = 0, patch: str | None = None) -> dict:
 
     ref = ltx_reference
     lib = ctypes.CDLL(str(PATCHED / patch / "attn.so" if patch else SO))
-    lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_int]
+    lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
     dev = torch.device("cuda")
 
     def kernel(q8, k8, v, q_scale, k_scale, o):
         b, n, h, _ = v.shape
         ptrs = (t.data_ptr() for t in (q8, k8, v, o, q_scale, k_scale))
-        if rc := lib.ltx_attn_int8_fwd(*ptrs, b, n, h, torch.cuda.current_stream().cuda_stream, variant):
+        if rc := lib.ltx_attn_int8_fwd(*ptrs, b, n, h, torch.cuda.current_stream().cuda_stream):
             raise RuntimeError(f"ltx_attn_int8_fwd returned {rc}")
         return o
 
@@ -184,7 +192,7 @@ def one_int8(variant: int = 0, patch: str | None = None) -> dict:
         k8, k_scale, _ = ref.quantize_k_int8(k, smooth=smooth)
         return kernel(q8, k8, v, q_scale, k_scale, o)
 
-    name = f"int8 {variant}" + (f" + {patch}" if patch else "")
+    name = "int8" + (f" + {patch}" if patch else "")
     res: dict = {"variant": name, "name": name, "quality": [], "gate": True}
     for seed in (1, 2):
         for name, (q, k, v) in sets(torch, dev, seed).items():
@@ -218,7 +226,7 @@ def one_int8(variant: int = 0, patch: str | None = None) -> dict:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--one":
-        result = one_int8(*map(int, argv[2:3]), *argv[3:]) if argv[1] == "int8" else one(int(argv[1]), *argv[2:])
+        result = one_int8(*argv[2:]) if argv[1] == "int8" else one(int(argv[1]), *argv[2:])
         print("RESULT " + json.dumps(result), flush=True)
         return 0
     import torch

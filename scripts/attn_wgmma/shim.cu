@@ -18,18 +18,6 @@ const Variant kVariants[] = {
     {"3wg bn128 st3", ltx_cuda_sm90::launch_attention<3, 128, 3>},
     {"3wg bn64 st4", ltx_cuda_sm90::launch_attention<3, 64, 4>},
     {"2wg bn128 st2", ltx_cuda_sm90::launch_attention<2, 128, 2>},
-    {"3wg bn128 st2 overlap", ltx_cuda_sm90::launch_attention<3, 128, 2, true>},
-    {"3wg bn128 st3 overlap", ltx_cuda_sm90::launch_attention<3, 128, 3, true>},
-    {"2wg bn128 st2 overlap", ltx_cuda_sm90::launch_attention<2, 128, 2, true>},
-    {"2wg bn128 st3 overlap", ltx_cuda_sm90::launch_attention<2, 128, 3, true>},
-};
-
-using Int8Launch = const char* (*)(void*, const void*, const void*, const void*, const float*, const float*,
-                                   int64_t, int64_t, int64_t, cudaStream_t);
-const Int8Launch kInt8Variants[] = {
-    ltx_cuda_sm90::launch_attention_int8<2>,
-    ltx_cuda_sm90::launch_attention_int8<2, true>,
-    ltx_cuda_sm90::launch_attention_int8<3, true>,
 };
 
 }  // namespace
@@ -49,13 +37,11 @@ extern "C" const char* ltx_attn_variant(int variant) {
   return kVariants[variant].name;
 }
 
-// The 8-bit draft (int8.cuh): q8, k8 int8 and their scales from ltx_reference's quantisers, v bf16. Variant 0:
-// two stages; 1: two stages, overlapped; 2: three stages, overlapped.
+// The 8-bit draft (int8.cuh): q8, k8 int8 and their scales from ltx_reference's quantisers, v bf16.
 extern "C" int ltx_attn_int8_fwd(const void* q8, const void* k8, const void* v, void* o, const float* q_scale,
-                                 const float* k_scale, int B, int S, int H, void* stream, int variant) {
-  if (variant < 0 || variant >= int(sizeof(kInt8Variants) / sizeof(kInt8Variants[0]))) return 3;
-  if (const char* why = kInt8Variants[variant](o, q8, k8, v, q_scale, k_scale, B, S, H,
-                                               static_cast<cudaStream_t>(stream))) {
+                                 const float* k_scale, int B, int S, int H, void* stream) {
+  if (const char* why = ltx_cuda_sm90::launch_attention_int8<2>(o, q8, k8, v, q_scale, k_scale, B, S, H,
+                                                                static_cast<cudaStream_t>(stream))) {
     std::fprintf(stderr, "%s\n", why);
     return 1;
   }
