@@ -192,8 +192,8 @@ def one_int8(patch: str | None = None) -> dict:
         k8, k_scale, _ = ref.quantize_k_int8(k, smooth=smooth)
         return kernel(q8, k8, v, q_scale, k_scale, o)
 
-    name = "int8" + (f" + {patch}" if patch else "")
-    res: dict = {"variant": name, "name": name, "quality": [], "gate": True}
+    label = "int8" + (f" + {patch}" if patch else "")
+    res: dict = {"variant": label, "name": label, "quality": [], "gate": True}
     for seed in (1, 2):
         for name, (q, k, v) in sets(torch, dev, seed).items():
             ref32 = sdpa(torch, q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
