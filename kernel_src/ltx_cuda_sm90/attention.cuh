@@ -80,7 +80,19 @@ __device__ __forceinline__ uint64_t desc_swizzled(uint32_t addr) {
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N = 0>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() { wgmma_wait<0>(); }
+
+// Named barriers (id 0 is __syncthreads'): `threads` arrivals complete one; bar_sync also waits for it.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Keeps the compiler from reading accumulators before the wgmma that writes them has been waited for.
 template <int N>
@@ -178,6 +190,12 @@ struct Bf16Scores {
     pin(s);
   }
 
+  // The overlapped schedule's half of tile(): the wgmmas only (the caller fences, commits, waits and pins).
+  template <int BN>
+  __device__ __forceinline__ void issue(float (&s)[BN / 2], Rows&, uint32_t q_addr, uint32_t k_addr, int) const {
+    qk<BN>(s, q_addr, k_addr);
+  }
+
   template <int BN>
   __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                           const Rows&) const {
@@ -194,15 +212,39 @@ struct Smem {
   uint64_t q_full;
   uint64_t k_full[STAGES];
   uint64_t v_full[STAGES];
-  uint64_t empty[STAGES];
+  uint64_t empty[STAGES];    // a stage's V (and K, in the serial schedule) consumed
+  uint64_t k_empty[STAGES];  // a stage's K consumed (the overlapped schedule)
 };
+
+// How a consumer orders its work on one K/V tile j.
+//   kSerial: S = Q K^T(j), softmax, O += P V(j), each waited for; the consumers interleave on the SM.
+//   kOverlap: Q K^T(j) and P V(j - 1) in flight together, j's softmax under P V (FA3's intra-warpgroup
+//     overlap); K(j) is released as soon as its scores exist, V(j - 1) once P V is done.
+//   kOverlapOrdered: kOverlap, with the consumers taking turns to issue their wgmmas (named barriers 1..NWG,
+//     FA3's warp scheduler barrier), so their softmaxes stay staggered.
+enum class Schedule { kSerial, kOverlap, kOverlapOrdered };
+
+// O *= alpha, row by row (alpha: the online softmax's rescale of the previous state)
+__device__ __forceinline__ void rescale(float (&o)[32], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+// P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.
+template <int BN>
+__device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
 
 template <int NWG>
 __host__ __device__ constexpr int consumer_registers() {
   return NWG == 2 ? 240 : 160;  // what 65536 registers leave after the producer's 24 x 128
 }
 
-template <class Scores, int NWG, int BN, int STAGES>
+template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
@@ -222,6 +264,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       mbar_init(&sm.k_full[s], 1);
       mbar_init(&sm.v_full[s], 1);
       mbar_init(&sm.empty[s], 4 * NWG);  // one arrival per consumer warp
+      mbar_init(&sm.k_empty[s], 4 * NWG);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -233,13 +276,35 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     if (t == 0) {
       mbar_expect_tx(&sm.q_full, BM * QK_ROW);
       tma_load(sm.q, &tq, &sm.q_full, m0, h, b);
-      for (int j = 0; j < n_tiles; ++j) {
-        const int s = j % STAGES;
-        if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
-        mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
-        tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
-        mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
-        tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+      if constexpr (SCHED == Schedule::kSerial) {
+        for (int j = 0; j < n_tiles; ++j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+        }
+      } else {
+        // in the order the consumers take them: K(0), then K(j) with V(j - 1), then the last V
+        const auto load_k = [&](int j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.k_empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+        };
+        const auto load_v = [&](int j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+        };
+        load_k(0);
+        for (int j = 1; j < n_tiles; ++j) {
+          load_k(j);
+          load_v(j - 1);
+        }
+        load_v(n_tiles - 1);
       }
     }
   } else {
@@ -254,29 +319,77 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
     uint32_t p[BN / 16][4];
     mbar_wait(&sm.q_full, 0);
-    for (int j = 0; j < n_tiles; ++j) {
-      const int s = j % STAGES;
-      const uint32_t phase = (j / STAGES) & 1;
+    if constexpr (SCHED == Schedule::kSerial) {
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % STAGES;
+        const uint32_t phase = (j / STAGES) & 1;
+        float sc[BN / 2];
+        mbar_wait(&sm.k_full[s], phase);
+        scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
+        mbar_wait(&sm.v_full[s], phase);
+        wgmma_fence();
+        pv<BN>(o, p, smem_addr(sm.v[s]));
+        wgmma_commit();
+        wgmma_wait_all();
+        pin(o);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sm.empty[s]);
+      }
+    } else {
+      constexpr bool kOrdered = SCHED == Schedule::kOverlapOrdered;
+      const auto release = [&](uint64_t* bar) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+      };
+      // tile 0's scores alone (O is still zero: no P V yet)
       float sc[BN / 2];
-      mbar_wait(&sm.k_full[s], phase);
-      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
-      if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+      mbar_wait(&sm.k_full[0], 0);
+      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[0]), 0);
+      release(&sm.k_empty[0]);
+      if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
       scores.template softmax<BN>(sc, m, l, alpha, rows);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];
-      // P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
-      mbar_wait(&sm.v_full[s], phase);
+      to_p<BN>(p, sc);
+      // Turns: consumer w waits on barrier 1 + w, then hands the turn to the next. An arrival that hands
+      // nothing (every consumer's but the first's here, the last consumer's on the last tile) goes to the
+      // consumer's own one-warpgroup barrier 12 + w instead, which it completes alone: no barrier is left
+      // half-arrived, and no consumer branches around a barrier (ptxas would serialise the wgmmas: C7520).
+      const auto hand_turn = [&](bool to_next, int next) {
+        if constexpr (kOrdered) bar_arrive(to_next ? 1 + next : 12 + w, to_next ? 256 : 128);
+      };
+      hand_turn(w == 0 && n_tiles > 1, 0);  // the first consumer issues first
+      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        if constexpr (kOrdered) bar_sync(1 + w, 256);
+        wgmma_fence();
+        scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+        wgmma_commit();
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);
+        pv<BN>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(!(w == NWG - 1 && j == n_tiles - 1), (w + 1) % NWG);
+        wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
+        pin(sc);
+        release(&sm.k_empty[s]);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
+      }
+      const int sv = (n_tiles - 1) % STAGES;
+      mbar_wait(&sm.v_full[sv], ((n_tiles - 1) / STAGES) & 1);
       wgmma_fence();
-      pv<BN>(o, p, smem_addr(sm.v[s]));
+      pv<BN>(o, p, smem_addr(sm.v[sv]));
       wgmma_commit();
       wgmma_wait_all();
       pin(o);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&sm.empty[s]);
     }
 
     // finish the row sums across the quad, normalise, store bf16 pairs of the rows that exist
@@ -338,7 +451,7 @@ inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t 
 
 // Launches one configuration with the given scores; returns nullptr, or what went wrong. The launch itself is
 // checked by the caller.
-template <class Scores, int NWG, int BN, int STAGES>
+template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, int64_t batch,
                         int64_t tokens, int64_t heads, cudaStream_t stream) {
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
@@ -348,7 +461,7 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
       !make_map(&tv, v, batch, tokens, heads, BN))
     return "the CUDA driver refused the tensor maps (cuTensorMapEncodeTiled); a driver for CUDA 12 or later is "
            "needed";
-  auto kernel = attention_kernel<Scores, NWG, BN, STAGES>;
+  auto kernel = attention_kernel<Scores, NWG, BN, STAGES, SCHED>;
   constexpr int smem = sizeof(Smem<BM, BN, STAGES, QK_ROW>) + 1024;  // + alignment of the swizzled tiles
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return "could not raise the kernel's shared-memory limit on this device";
@@ -360,11 +473,11 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
 }
 
 // The bf16 kernel in one configuration (attention.cu's and the probe's entry).
-template <int NWG, int BN, int STAGES>
+template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
                              int64_t heads, float scale, cudaStream_t stream) {
-  return launch_with<Bf16Scores, NWG, BN, STAGES>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v, batch,
-                                                  tokens, heads, stream);
+  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v,
+                                                         batch, tokens, heads, stream);
 }
 
 }  // namespace ltx_cuda_sm90

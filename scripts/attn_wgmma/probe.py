@@ -24,7 +24,7 @@ import ltx_reference  # noqa: E402  (the tests' references and quality gates)
 
 KERNEL = HERE.parent.parent / "kernel_src" / "ltx_cuda_sm90"
 SO = Path(os.environ.get("ATTN_SO", "/tmp/attn_wgmma.so"))
-RESCALE = "#pragma unroll\n      for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];"
+RESCALE = "#pragma unroll\n  for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];"
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -36,11 +36,11 @@ PATCHES = {
     ],
     # skip O's rescale when no row of the warp got a new maximum (alpha == 1: the product is exact anyway)
     "skip-rescale": [
-        (RESCALE, "      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f))\n" + RESCALE),
+        (RESCALE, "  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;\n" + RESCALE),
     ],
     # and keep a row's maximum until it grows by more than 8 (P <= 2^8 before normalising), so rescales are rare
     "lazy-max": [
-        (RESCALE, "      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f))\n" + RESCALE),
+        (RESCALE, "  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;\n" + RESCALE),
         (
             "const float m_new = fmaxf(m[h], (kBase ? mx[h] - float(kBase) : mx[h]) * f[h]);",
             "const float x_ = (kBase ? mx[h] - float(kBase) : mx[h]) * f[h];\n"

@@ -7,6 +7,8 @@
 
 namespace {
 
+using ltx_cuda_sm90::Schedule;
+
 struct Variant {
   const char* name;
   const char* (*launch)(void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, float,
@@ -18,6 +20,10 @@ const Variant kVariants[] = {
     {"3wg bn128 st3", ltx_cuda_sm90::launch_attention<3, 128, 3>},
     {"3wg bn64 st4", ltx_cuda_sm90::launch_attention<3, 64, 4>},
     {"2wg bn128 st2", ltx_cuda_sm90::launch_attention<2, 128, 2>},
+    {"3wg bn128 st2 overlap", ltx_cuda_sm90::launch_attention<3, 128, 2, Schedule::kOverlap>},
+    {"3wg bn128 st2 overlap ordered", ltx_cuda_sm90::launch_attention<3, 128, 2, Schedule::kOverlapOrdered>},
+    {"3wg bn128 st3 overlap ordered", ltx_cuda_sm90::launch_attention<3, 128, 3, Schedule::kOverlapOrdered>},
+    {"2wg bn128 st2 overlap ordered", ltx_cuda_sm90::launch_attention<2, 128, 2, Schedule::kOverlapOrdered>},
 };
 
 }  // namespace
