@@ -120,6 +120,7 @@ __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t
     const uint64_t da = desc_swizzled<128>(q_addr + kk * 32), db = desc_swizzled<128>(k_addr + kk * 32);
     if constexpr (BN == 64) wgmma_ss_n64(s, da, db, kk > 0);
     if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);
+    if constexpr (BN == 192) wgmma_ss_n192(s, da, db, kk > 0);
   }
 }
 
@@ -364,11 +365,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       for (int j = 1; j < n_tiles; ++j) {
         const int s = j % STAGES, sv = (j - 1) % STAGES;
         mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
         if constexpr (kOrdered) bar_sync(1 + w, 256);
         wgmma_fence();
         scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
         wgmma_commit();
-        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);
         pv<BN>(o, p, smem_addr(sm.v[sv]));
         wgmma_commit();
         hand_turn(!(w == NWG - 1 && j == n_tiles - 1), (w + 1) % NWG);
