@@ -5,7 +5,8 @@
 // and K/V tiles of BN tokens into a STAGES-deep ring with the bulk tensor copy engine (128-byte swizzle, which
 // is the wgmma operand layout). Warpgroups 1..NWG consume 64 queries each: S = Q K^T by wgmma from shared
 // memory, online softmax in registers (exp2 domain), O += P V by wgmma with P in registers and V read
-// transposed. The NWG consumers interleave on the SM, so one's softmax runs while another's wgmma does.
+// transposed. How a consumer orders that work is the kernel's Schedule (below): the shipped one keeps
+// Q K^T(j) and P V(j - 1) in flight under tile j's softmax, and the consumers take turns to issue them.
 // Out-of-range tokens of the last tiles arrive as zeros; their scores are masked and their rows not stored.
 // How a tile's scores come to be is the kernel's Scores policy: Bf16Scores here (bf16 q and k, bf16 wgmma);
 // the probe's 8-bit draft (scripts/attn_wgmma/int8.cuh) plugs INT8 q and k into the same pipeline.
