@@ -274,6 +274,23 @@ def main(argv: list[str]) -> int:
     print(f"{'cudnn bf16':28} {out['cudnn_ms'] * 1e3:8.1f} us {FLOPS / out['cudnn_ms'] / 1e9:6.1f} TFLOP/s")
     for row in out["cudnn_quality"]:
         print("cudnn", row)
+    try:  # flash-attn-4 (CuTe DSL), the peer issue 24 names, where it is installed: same layout, same inputs
+        from flash_attn.cute import flash_attn_func
+
+        def fa4(q, k, v):
+            o = flash_attn_func(q, k, v)
+            return o[0] if isinstance(o, tuple) else o
+
+        out["fa4_ms"] = triton.testing.do_bench(lambda: fa4(q, k, v), warmup=50, rep=300, return_mode="median")
+        out["fa4_quality"] = []
+        for name, (q_, k_, v_) in s.items():
+            ref = sdpa(torch, q_.float(), k_.float(), v_.float(), SDPBackend.EFFICIENT_ATTENTION)
+            out["fa4_quality"].append([name, *quality(fa4(q_, k_, v_), ref)])
+        print(f"{'flash-attn-4 bf16':28} {out['fa4_ms'] * 1e3:8.1f} us {FLOPS / out['fa4_ms'] / 1e9:6.1f} TFLOP/s")
+        for row in out["fa4_quality"]:
+            print("flash-attn-4", row)
+    except ImportError as e:
+        out["fa4_error"] = repr(e)
     for res in out["variants"]:
         for row in res["quality"]:
             print(res["variant"], row)
