@@ -121,7 +121,6 @@ __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t
     const uint64_t da = desc_swizzled<128>(q_addr + kk * 32), db = desc_swizzled<128>(k_addr + kk * 32);
     if constexpr (BN == 64) wgmma_ss_n64(s, da, db, kk > 0);
     if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);
-    if constexpr (BN == 192) wgmma_ss_n192(s, da, db, kk > 0);
   }
 }
 
@@ -198,60 +197,11 @@ struct Bf16Scores {
     qk<BN>(s, q_addr, k_addr);
   }
 
-  // Called once the Q tile has landed: nothing to keep for bf16 scores from shared memory.
-  __device__ __forceinline__ void load_q(Rows&, uint32_t, int) const {}
-
   template <int BN>
   __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                           const Rows&) const {
     const float f[2] = {scale_log2, scale_log2};
     ltx_cuda_sm90::softmax<BN>(s, m, l, alpha, f);
-  }
-};
-
-// The bf16 scores with Q in registers: each thread keeps its rows of Q as the wgmma A fragments (16
-// registers), so Q K^T reads only K from shared memory (a third less of its shared-memory traffic).
-struct Bf16ScoresQInRegs : Bf16Scores {
-  struct Rows {
-    uint32_t q[kHeadDim / 16][4];
-  };
-
-  __device__ __forceinline__ Rows rows(int, int, int, int, int, int) const { return {}; }
-
-  // A fragment of k16 step kk: rows r, r + 8 (r = 16 * warp + lane / 4) and columns c, c + 8 (c = 16 kk +
-  // 2 (lane % 4)), each a bf16 pair, read from the 128-byte swizzled tile (16-byte chunk ^ row % 8).
-  __device__ __forceinline__ void load_q(Rows& r, uint32_t q_addr, int t) const {
-    const int lane = t % 32, row = 16 * (t / 32) + lane / 4;
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int rr = row + 8 * (i & 1), col = 16 * kk + 2 * (lane % 4) + 8 * (i >> 1);
-        const uint32_t addr = q_addr + rr * kRowBytes + (((col / 8) ^ (rr % 8)) * 16) + (col % 8) * 2;
-        asm volatile("ld.shared.b32 %0, [%1];" : "=r"(r.q[kk][i]) : "r"(addr));
-      }
-  }
-
-  template <int BN>
-  __device__ __forceinline__ void issue(float (&s)[BN / 2], Rows& r, uint32_t, uint32_t k_addr, int) const {
-    static_assert(BN == 128, "m64n128 from registers");
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk) wgmma_rs_n128(s, r.q[kk], desc_swizzled<128>(k_addr + kk * 32), kk > 0);
-  }
-
-  template <int BN>
-  __device__ __forceinline__ void tile(float (&s)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr, int j) const {
-    wgmma_fence();
-    issue<BN>(s, r, q_addr, k_addr, j);
-    wgmma_commit();
-    wgmma_wait_all();
-    pin(s);
-  }
-
-  template <int BN>
-  __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                          const Rows&) const {
-    Bf16Scores::softmax<BN>(s, m, l, alpha, Bf16Scores::Rows{});
   }
 };
 
@@ -370,7 +320,6 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
     uint32_t p[BN / 16][4];
     mbar_wait(&sm.q_full, 0);
-    scores.load_q(rows, q_addr, t);
     if constexpr (SCHED == Schedule::kSerial) {
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % STAGES;
@@ -525,11 +474,11 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
 }
 
 // The bf16 kernel in one configuration (attention.cu's and the probe's entry).
-template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial, class Scores = Bf16Scores>
+template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
                              int64_t heads, float scale, cudaStream_t stream) {
-  return launch_with<Scores, NWG, BN, STAGES, SCHED>(Scores{{scale * 1.4426950408889634f}}, out, q, k, v, batch,
-                                                     tokens, heads, stream);
+  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v,
+                                                         batch, tokens, heads, stream);
 }
 
 }  // namespace ltx_cuda_sm90

@@ -60,8 +60,6 @@ struct Int8Scores {
     return r;
   }
 
-  __device__ __forceinline__ void load_q(Rows&, uint32_t, int) const {}
-
   template <int BN>
   __device__ __forceinline__ void tile(float (&s)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr, int j) const {
     static_assert(BN == 128, "one k scale per 128-token tile");

@@ -24,14 +24,7 @@ const Variant kVariants[] = {
     {"3wg bn128 st2 overlap", ltx_cuda_sm90::launch_attention<3, 128, 2, Schedule::kOverlap>},
     {"3wg bn128 st2 overlap ordered", ltx_cuda_sm90::launch_attention<3, 128, 2, Schedule::kOverlapOrdered>},
     {"2wg bn128 st2 overlap ordered", ltx_cuda_sm90::launch_attention<2, 128, 2, Schedule::kOverlapOrdered>},
-    {"2wg bn192 st2 overlap ordered", ltx_cuda_sm90::launch_attention<2, 192, 2, Schedule::kOverlapOrdered>},
-    {"3wg bn192 st2", ltx_cuda_sm90::launch_attention<3, 192, 2>},
     {"3wg bn128 st4 overlap ordered", ltx_cuda_sm90::launch_attention<3, 128, 4, Schedule::kOverlapOrdered>},
-    {"3wg bn192 st3", ltx_cuda_sm90::launch_attention<3, 192, 3>},
-    {"2wg bn128 st3 overlap ordered, Q in registers",
-     ltx_cuda_sm90::launch_attention<2, 128, 3, Schedule::kOverlapOrdered, ltx_cuda_sm90::Bf16ScoresQInRegs>},
-    {"3wg bn128 st2 Q in registers",
-     ltx_cuda_sm90::launch_attention<3, 128, 2, Schedule::kSerial, ltx_cuda_sm90::Bf16ScoresQInRegs>},
 };
 
 }  // namespace
