@@ -90,6 +90,19 @@ def rope64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.stack([-x_imag, x_real], dim=-1).flatten(2) * sin
 
 
+def flash_attn_4(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # type: ignore[no-untyped-def]
+    """flash-attn-4 (FlashAttention in the CuTe DSL), the attention peer, on [B, S, H, D] as the kernel takes
+    them: NotImplemented (left out of the report) unless it is installed and q is bf16 on an sm_90+ GPU."""
+    if not (q.is_cuda and q.dtype == torch.bfloat16 and torch.cuda.get_device_capability(q.device) >= (9, 0)):
+        return NotImplemented
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError:
+        return NotImplemented
+    out = flash_attn_func(q, k, v)
+    return out[0] if isinstance(out, tuple) else out
+
+
 def _double(*args):  # type: ignore[no-untyped-def]
     return tuple(a.double() if isinstance(a, torch.Tensor) else a for a in args)
 
@@ -100,7 +113,10 @@ class LtxOps(Benchmark):
     shape = {"batch": 2, "tokens": 6144, "hidden": 2048, "ff": 8192}
     cpu_shape = {"tokens": 1024}
     report_shape = ("batch", "tokens", "hidden")
-    peers = {"rms_norm": {"F.rms_norm": lambda x: F.rms_norm(x, (x.shape[-1],), None, EPS6)}}
+    peers = {
+        "rms_norm": {"F.rms_norm": lambda x: F.rms_norm(x, (x.shape[-1],), None, EPS6)},
+        "attention": {"flash-attn-4": flash_attn_4},
+    }
     # torch.nn.RMSNorm's eager forward *is* F.rms_norm: timed once, under that name.
     eager_name = {"rms_norm_weight": "F.rms_norm"}
     kernel_ops = {"rms_norm_weight": "rms_norm"}

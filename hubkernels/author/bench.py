@@ -64,7 +64,8 @@ class Benchmark:
     - `reference_<w>(self, *inputs)` (optional): the float64 truth where `verify_<w>` on float64 is not.
 
     Class attributes: `shape` (default sizes), `cpu_shape` (their overrides on a CPU), `report_shape`
-    (the sizes the report names), `peers` ({w: {name: fn(*inputs)}} timed too), `eager_name`, and
+    (the sizes the report names), `peers` ({w: {name: fn(*inputs)}} timed too; a peer returns NotImplemented
+    for inputs it does not take, such as another device or dtype, and is left out), `eager_name`, and
     `kernel_ops` ({w: kernel function it needs}, default w itself).
     """
 
@@ -207,6 +208,8 @@ def run(
         ref = reference(bench, op, inputs[0])
         for name, fn in candidates.items():
             out = fn(*inputs[0])
+            if out is NotImplemented:  # a peer that does not take these inputs
+                continue
             times = time_calls(fn, inputs, dev, warmup, iters)
             med = statistics.median(times)
             nbytes = _nbytes(*inputs[0]) + _nbytes(out)  # every input read once, every output written once
