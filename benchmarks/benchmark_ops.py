@@ -7,6 +7,7 @@ hidden 2048, feed-forward 8192, so three rotated input sets of 50 MB each are pa
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -90,16 +91,25 @@ def rope64(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.stack([-x_imag, x_real], dim=-1).flatten(2) * sin
 
 
+@functools.cache
+def _flash_attn_func():  # type: ignore[no-untyped-def]
+    """flash-attn-4's entry point, looked up once (its CuTe DSL import is slow); None where it is not installed."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError:
+        return None
+    return flash_attn_func
+
+
 def flash_attn_4(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # type: ignore[no-untyped-def]
     """flash-attn-4 (FlashAttention in the CuTe DSL), the attention peer, on [B, S, H, D] as the kernel takes
     them: NotImplemented (left out of the report) unless it is installed and q is bf16 on an sm_90+ GPU."""
     if not (q.is_cuda and q.dtype == torch.bfloat16 and torch.cuda.get_device_capability(q.device) >= (9, 0)):
         return NotImplemented
-    try:
-        from flash_attn.cute import flash_attn_func
-    except ImportError:
+    fa = _flash_attn_func()
+    if fa is None:
         return NotImplemented
-    out = flash_attn_func(q, k, v)
+    out = fa(q, k, v)
     return out[0] if isinstance(out, tuple) else out
 
 
