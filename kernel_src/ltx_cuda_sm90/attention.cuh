@@ -191,11 +191,15 @@ struct Bf16Scores {
     pin(s);
   }
 
-  // The overlapped schedule's half of tile(): the wgmmas only (the caller fences, commits, waits and pins).
+  // The overlapped schedule's half of tile(): the wgmmas only (the caller fences, commits, waits and pins,
+  // then calls finish() on the scores).
   template <int BN>
   __device__ __forceinline__ void issue(float (&s)[BN / 2], Rows&, uint32_t q_addr, uint32_t k_addr, int) const {
     qk<BN>(s, q_addr, k_addr);
   }
+
+  template <int BN>
+  __device__ __forceinline__ void finish(float (&)[BN / 2], Rows&, int) const {}
 
   template <int BN>
   __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
@@ -375,6 +379,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         hand_turn(!(w == NWG - 1 && j == n_tiles - 1), (w + 1) % NWG);
         wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
         pin(sc);
+        scores.template finish<BN>(sc, rows, j);
         release(&sm.k_empty[s]);
         if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
         scores.template softmax<BN>(sc, m, l, alpha, rows);

@@ -44,9 +44,10 @@ struct Int8Scores {
   static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   static constexpr CUtensorMapSwizzle kSwizzle = CU_TENSOR_MAP_SWIZZLE_64B;
   struct Rows {
-    float q[2];      // the q scales of this thread's two rows (1 past the last token: no 0 * inf there)
-    float f[2];      // this tile's factors: q scale x the tile's k scale
-    const float* k;  // this (batch, head)'s k scales, one per 128-token tile
+    float q[2];       // the q scales of this thread's two rows (1 past the last token: no 0 * inf there)
+    float f[2];       // this tile's factors: q scale x the tile's k scale
+    const float* k;   // this (batch, head)'s k scales, one per 128-token tile
+    int32_t acc[64];  // the overlapped schedule's int32 scores between issue() and finish()
   };
   const float* q_scale;  // [B, H, S]
   const float* k_scale;  // [B, H, ceil(S / 128)]
@@ -62,18 +63,28 @@ struct Int8Scores {
 
   template <int BN>
   __device__ __forceinline__ void tile(float (&s)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr, int j) const {
-    static_assert(BN == 128, "one k scale per 128-token tile");
-    const float kt = r.k[j];
-    int32_t acc[BN / 2];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kHeadDim / 32; ++kk)
-      wgmma_s8_n128(acc, desc_swizzled<64>(q_addr + kk * 32), desc_swizzled<64>(k_addr + kk * 32), kk > 0);
+    issue<BN>(s, r, q_addr, k_addr, j);
     wgmma_commit();
     wgmma_wait_all();
-    pin(acc);
+    finish<BN>(s, r, j);
+  }
+
+  // The overlapped schedule's halves of tile(): the wgmmas into r.acc, then (once waited for) the floats.
+  template <int BN>
+  __device__ __forceinline__ void issue(float (&)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr, int) const {
+    static_assert(BN == 128, "one k scale per 128-token tile");
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) s[i] = __int_as_float(acc[i] + kMagicBits);
+    for (int kk = 0; kk < kHeadDim / 32; ++kk)
+      wgmma_s8_n128(r.acc, desc_swizzled<64>(q_addr + kk * 32), desc_swizzled<64>(k_addr + kk * 32), kk > 0);
+  }
+
+  template <int BN>
+  __device__ __forceinline__ void finish(float (&s)[BN / 2], Rows& r, int j) const {
+    const float kt = r.k[j];
+    pin(r.acc);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) s[i] = __int_as_float(r.acc[i] + kMagicBits);
     r.f[0] = r.q[0] * kt;
     r.f[1] = r.q[1] * kt;
   }
@@ -87,12 +98,12 @@ struct Int8Scores {
 };
 
 // The 8-bit attention: three consumer warpgroups, 128-token tiles (a k scale's), STAGES-deep ring.
-template <int STAGES>
+template <int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_attention_int8(void* out, const void* q8, const void* k8, const void* v, const float* q_scale,
                                   const float* k_scale, int64_t batch, int64_t tokens, int64_t heads,
                                   cudaStream_t stream) {
-  return launch_with<Int8Scores, 3, 128, STAGES>(Int8Scores{q_scale, k_scale}, out, q8, k8, v, batch, tokens, heads,
-                                                 stream);
+  return launch_with<Int8Scores, 3, 128, STAGES, SCHED>(Int8Scores{q_scale, k_scale}, out, q8, k8, v, batch, tokens,
+                                                        heads, stream);
 }
 
 }  // namespace ltx_cuda_sm90

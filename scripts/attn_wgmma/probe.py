@@ -2,8 +2,8 @@
 configurations, with cuDNN in the same run.
 
 python scripts/attn_wgmma/probe.py [variant ...]   (on the GPU machine; compiles shim.cu with nvcc first)
-A variant is a configuration's number, a number and a patch name, or "int8" with a patch name or none (the 8-bit
-draft, int8.cuh).
+A variant is a configuration's number, a number and a patch name, or "int8" / "int8-overlap" with a patch name or
+none (the 8-bit draft, int8.cuh, in the serial schedule or in the shipped kernel's overlapped one).
 Each variant runs in its own process with a time limit, so a hang costs seconds, not the lease.
 Prints a table; writes $OUT/attn_wgmma_probe.json.
 """
@@ -167,7 +167,10 @@ def one(variant: int, patch: str | None = None) -> dict:
     return res
 
 
-def one_int8(patch: str | None = None) -> dict:
+INT8_SCHEDULES = {"int8": 0, "int8-overlap": 1}  # shim.cu's ltx_attn_int8_fwd schedules
+
+
+def one_int8(label: str = "int8", patch: str | None = None) -> dict:
     """The 8-bit draft: the gate against fp32 on both input sets, agreement with ltx_reference.attention_int8
     (the math it must compute), the planted bug (K unsmoothed) failing the gate, then the time with and
     without the quantisation (ltx_reference's quantisers as torch ops)."""
@@ -177,13 +180,14 @@ def one_int8(patch: str | None = None) -> dict:
 
     ref = ltx_reference
     lib = ctypes.CDLL(str(PATCHED / patch / "attn.so" if patch else SO))
-    lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+    lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_int]
+    schedule = INT8_SCHEDULES[label]
     dev = torch.device("cuda")
 
     def kernel(q8, k8, v, q_scale, k_scale, o):
         b, n, h, _ = v.shape
         ptrs = (t.data_ptr() for t in (q8, k8, v, o, q_scale, k_scale))
-        if rc := lib.ltx_attn_int8_fwd(*ptrs, b, n, h, torch.cuda.current_stream().cuda_stream):
+        if rc := lib.ltx_attn_int8_fwd(*ptrs, b, n, h, torch.cuda.current_stream().cuda_stream, schedule):
             raise RuntimeError(f"ltx_attn_int8_fwd returned {rc}")
         return o
 
@@ -192,7 +196,7 @@ def one_int8(patch: str | None = None) -> dict:
         k8, k_scale, _ = ref.quantize_k_int8(k, smooth=smooth)
         return kernel(q8, k8, v, q_scale, k_scale, o)
 
-    label = "int8" + (f" + {patch}" if patch else "")
+    label += f" + {patch}" if patch else ""
     res: dict = {"variant": label, "name": label, "quality": [], "gate": True}
     for seed in (1, 2):
         for name, (q, k, v) in sets(torch, dev, seed).items():
@@ -226,14 +230,14 @@ def one_int8(patch: str | None = None) -> dict:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--one":
-        result = one_int8(*argv[2:]) if argv[1] == "int8" else one(int(argv[1]), *argv[2:])
+        result = one_int8(*argv[1:]) if argv[1] in INT8_SCHEDULES else one(int(argv[1]), *argv[2:])
         print("RESULT " + json.dumps(result), flush=True)
         return 0
     import torch
     import triton
     from torch.nn.attention import SDPBackend
 
-    variants = [str(a) for a in argv] or [*map(str, range(4)), *(f"0 {p}" for p in PATCHES), "int8"]
+    variants = [str(a) for a in argv] or [*map(str, range(4)), *(f"0 {p}" for p in PATCHES), *INT8_SCHEDULES]
     log = build({w for var in variants for w in var.split() if w in PATCHES})
     regs = [ln.strip() for ln in log.splitlines() if "Used" in ln or "spill" in ln]
     print(torch.__version__, torch.cuda.get_device_name(), flush=True)

@@ -44,11 +44,13 @@ extern "C" const char* ltx_attn_variant(int variant) {
   return kVariants[variant].name;
 }
 
-// The 8-bit draft (int8.cuh): q8, k8 int8 and their scales from ltx_reference's quantisers, v bf16.
+// The 8-bit draft (int8.cuh): q8, k8 int8 and their scales from ltx_reference's quantisers, v bf16; schedule 0
+// is the serial one (2 stages), 1 the shipped kernel's overlapped one with turns (3 stages).
 extern "C" int ltx_attn_int8_fwd(const void* q8, const void* k8, const void* v, void* o, const float* q_scale,
-                                 const float* k_scale, int B, int S, int H, void* stream) {
-  if (const char* why = ltx_cuda_sm90::launch_attention_int8<2>(o, q8, k8, v, q_scale, k_scale, B, S, H,
-                                                                static_cast<cudaStream_t>(stream))) {
+                                 const float* k_scale, int B, int S, int H, void* stream, int schedule) {
+  const auto launch = schedule == 1 ? ltx_cuda_sm90::launch_attention_int8<3, Schedule::kOverlapOrdered>
+                                    : ltx_cuda_sm90::launch_attention_int8<2>;
+  if (const char* why = launch(o, q8, k8, v, q_scale, k_scale, B, S, H, static_cast<cudaStream_t>(stream))) {
     std::fprintf(stderr, "%s\n", why);
     return 1;
   }
