@@ -67,17 +67,24 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 
-// wgmma shared-memory descriptor for a tile of ROW-byte rows in ROW-byte swizzle (128 or 64): 8 * ROW bytes
-// between 8-row groups.
+// wgmma shared-memory descriptor of a tile of ROW-byte rows in ROW-byte swizzle (128 or 64), kept as its low
+// word: the start address >> 4 and a leading byte offset (unused by these layouts); the high word is constant
+// (8 * ROW bytes between 8-row groups, the swizzle mode). A step along the tile adds to the low word only
+// (shared addresses are below 2^18, so the sum stays in the address field): one uniform add per wgmma, where
+// building each descriptor from its address took five and held the tensor cores' issue back.
 template <int ROW>
-__device__ __forceinline__ uint64_t desc_swizzled(uint32_t addr) {
+struct Desc {
   static_assert(ROW == 128 || ROW == 64, "128- or 64-byte swizzle");
-  uint64_t d = static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>(1) << 16;                   // leading byte offset: unused by these layouts
-  d |= static_cast<uint64_t>(8 * ROW >> 4) << 32;        // stride byte offset
-  d |= static_cast<uint64_t>(ROW == 128 ? 1 : 2) << 62;  // the swizzle mode
-  return d;
-}
+  static constexpr uint32_t kHi = (8 * ROW >> 4) | (ROW == 128 ? 1u : 2u) << 30;
+  uint32_t lo;
+
+  __device__ __forceinline__ explicit Desc(uint32_t addr) : lo((addr >> 4) | 1u << 16) {}  // addr: 16-byte aligned
+
+  // the descriptor of the tile starting `bytes` (a multiple of 16) further on
+  __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
+    return static_cast<uint64_t>(kHi) << 32 | (lo + (bytes >> 4));
+  }
+};
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -116,9 +123,10 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // S[64 x BN] = Q[64 x 64] K[BN x 64]^T: four k16 steps of 32 bytes along the swizzled rows.
 template <int BN>
 __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t k_addr) {
+  const Desc<128> q(q_addr), k(k_addr);
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    const uint64_t da = desc_swizzled<128>(q_addr + kk * 32), db = desc_swizzled<128>(k_addr + kk * 32);
+    const uint64_t da = q.at(kk * 32), db = k.at(kk * 32);
     if constexpr (BN == 64) wgmma_ss_n64(s, da, db, kk > 0);
     if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);
   }
@@ -127,9 +135,9 @@ __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t
 // O[64 x 64] += P[64 x BN] V[BN x 64]: BN/16 steps of 16 tokens (2 KB of V each).
 template <int BN>
 __device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
+  const Desc<kRowBytes> v(v_addr);
 #pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-    wgmma_rs_n64(o, p[kk], desc_swizzled<kRowBytes>(v_addr + kk * 16 * kRowBytes));
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
 }
 
 // Scores of tokens at or past `tokens` (the last tile's zero rows) become -inf.
@@ -261,7 +269,9 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
   Sm& sm = *reinterpret_cast<Sm*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z;
   const int n_tiles = (tokens + BN - 1) / BN;
-  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  // the warpgroup from lane 0, so that the compiler knows it warp-uniform and keeps the wgmma descriptors that
+  // derive from it in uniform registers
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), t = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);

@@ -74,9 +74,9 @@ struct Int8Scores {
   template <int BN>
   __device__ __forceinline__ void issue(float (&)[BN / 2], Rows& r, uint32_t q_addr, uint32_t k_addr, int) const {
     static_assert(BN == 128, "one k scale per 128-token tile");
+    const Desc<64> q(q_addr), k(k_addr);
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 32; ++kk)
-      wgmma_s8_n128(r.acc, desc_swizzled<64>(q_addr + kk * 32), desc_swizzled<64>(k_addr + kk * 32), kk > 0);
+    for (int kk = 0; kk < kHeadDim / 32; ++kk) wgmma_s8_n128(r.acc, q.at(kk * 32), k.at(kk * 32), kk > 0);
   }
 
   template <int BN>
