@@ -17,7 +17,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -224,7 +223,6 @@ struct Smem {
   alignas(1024) uint8_t k[STAGES][BN * QK_ROW];
   alignas(1024) uint8_t v[STAGES][BN * kRowBytes];
   uint64_t q_full;
-  uint64_t q_empty;  // every consumer's last Q K^T of an item done (the persistent kernel's next Q may load)
   uint64_t k_full[STAGES];
   uint64_t v_full[STAGES];
   uint64_t empty[STAGES];    // a stage's V (and K, in the serial schedule) consumed
@@ -259,35 +257,24 @@ __host__ __device__ constexpr int consumer_registers() {
   return NWG == 2 ? 240 : 160;  // what 65536 registers leave after the producer's 24 x 128
 }
 
-// PERSISTENT: one CTA per SM walks (query block, head, batch) items in turn, so the next item's Q and first K/V
-// tiles load while the current one finishes (its last P V, its stores), and no CTA is launched per item.
-template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED, bool PERSISTENT = false>
+template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
-                     int heads, int batch, const Scores scores) {
+                     int heads, const Scores scores) {
   static_assert(NWG == 2 || NWG == 3, "two or three consumer warpgroups");
-  static_assert(!PERSISTENT || SCHED == Schedule::kOverlapOrdered, "the persistent kernel runs the shipped schedule");
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
   using Sm = Smem<BM, BN, STAGES, QK_ROW>;
   extern __shared__ uint8_t raw[];
   Sm& sm = *reinterpret_cast<Sm*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  const int n_tiles = (tokens + BN - 1) / BN, m_blocks = (tokens + BM - 1) / BM;
-  // items: this CTA's (query block, head, batch) in launch order, query blocks fastest (a head's K/V stays in L2)
-  const int first = PERSISTENT ? blockIdx.x : 0, stride = PERSISTENT ? gridDim.x : 1;
-  const int items = PERSISTENT ? m_blocks * heads * batch : 1;
-  const auto coords = [&](int item, int& m0, int& h, int& b) {
-    m0 = (PERSISTENT ? item % m_blocks : blockIdx.x) * BM;
-    h = PERSISTENT ? item / m_blocks % heads : blockIdx.y;
-    b = PERSISTENT ? item / (m_blocks * heads) : blockIdx.z;
-  };
+  const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z;
+  const int n_tiles = (tokens + BN - 1) / BN;
   // the warpgroup from lane 0, so that the compiler knows it warp-uniform and keeps the wgmma descriptors that
   // derive from it in uniform registers
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), t = threadIdx.x % 128;
 
   if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);
-    mbar_init(&sm.q_empty, 4 * NWG);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&sm.k_full[s], 1);
       mbar_init(&sm.v_full[s], 1);
@@ -302,161 +289,143 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (t == 0) {
-      // g counts K/V tiles across this CTA's items: the ring's stage and phase follow it
-      for (int item = first, n = 0; item < items; item += stride, ++n) {
-        int m0, h, b;
-        coords(item, m0, h, b);
-        const int g0 = n * n_tiles;
-        if (n > 0) mbar_wait(&sm.q_empty, (n - 1) & 1);  // every consumer's last Q K^T of the previous item done
-        mbar_expect_tx(&sm.q_full, BM * QK_ROW);
-        tma_load(sm.q, &tq, &sm.q_full, m0, h, b);
-        if constexpr (SCHED == Schedule::kSerial) {
-          for (int j = 0; j < n_tiles; ++j) {
-            const int g = g0 + j, s = g % STAGES;
-            if (g >= STAGES) mbar_wait(&sm.empty[s], ((g / STAGES) & 1) ^ 1);
-            mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
-            tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
-            mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
-            tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
-          }
-        } else {
-          // in the order the consumers take them: K(0), then K(j) with V(j - 1), then the last V
-          const auto load_k = [&](int j) {
-            const int g = g0 + j, s = g % STAGES;
-            if (g >= STAGES) mbar_wait(&sm.k_empty[s], ((g / STAGES) & 1) ^ 1);
-            mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
-            tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
-          };
-          const auto load_v = [&](int j) {
-            const int g = g0 + j, s = g % STAGES;
-            if (g >= STAGES) mbar_wait(&sm.empty[s], ((g / STAGES) & 1) ^ 1);
-            mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
-            tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
-          };
-          load_k(0);
-          for (int j = 1; j < n_tiles; ++j) {
-            load_k(j);
-            load_v(j - 1);
-          }
-          load_v(n_tiles - 1);
+      mbar_expect_tx(&sm.q_full, BM * QK_ROW);
+      tma_load(sm.q, &tq, &sm.q_full, m0, h, b);
+      if constexpr (SCHED == Schedule::kSerial) {
+        for (int j = 0; j < n_tiles; ++j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
         }
+      } else {
+        // in the order the consumers take them: K(0), then K(j) with V(j - 1), then the last V
+        const auto load_k = [&](int j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.k_empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+        };
+        const auto load_v = [&](int j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+        };
+        load_k(0);
+        for (int j = 1; j < n_tiles; ++j) {
+          load_k(j);
+          load_v(j - 1);
+        }
+        load_v(n_tiles - 1);
       }
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_registers<NWG>()));
     const int w = wg - 1, lane = t % 32;
     const uint32_t q_addr = smem_addr(sm.q) + w * 64 * QK_ROW;
-    const auto release = [&](uint64_t* bar) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar);
-    };
-    for (int item = first, n = 0; item < items; item += stride, ++n) {
-      int m0, h, b;
-      coords(item, m0, h, b);
-      const int g0 = n * n_tiles;
-      const bool first_item = n == 0, last_item = item + stride >= items;
-      const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
-      typename Scores::Rows rows = scores.rows(b, h, row0, tokens, heads, n_tiles);
-      float o[32];
+    const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
+    typename Scores::Rows rows = scores.rows(b, h, row0, tokens, heads, n_tiles);
+    float o[32];
 #pragma unroll
-      for (int i = 0; i < 32; ++i) o[i] = 0.f;
-      float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
-      uint32_t p[BN / 16][4];
-      mbar_wait(&sm.q_full, n & 1);
-      if constexpr (SCHED == Schedule::kSerial) {
-        for (int j = 0; j < n_tiles; ++j) {
-          const int g = g0 + j, s = g % STAGES;
-          const uint32_t phase = (g / STAGES) & 1;
-          float sc[BN / 2];
-          mbar_wait(&sm.k_full[s], phase);
-          scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
-          if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
-          scores.template softmax<BN>(sc, m, l, alpha, rows);
-          rescale(o, alpha);
-          to_p<BN>(p, sc);
-          mbar_wait(&sm.v_full[s], phase);
-          wgmma_fence();
-          pv<BN>(o, p, smem_addr(sm.v[s]));
-          wgmma_commit();
-          wgmma_wait_all();
-          pin(o);
-          release(&sm.empty[s]);
-        }
-        release(&sm.q_empty);  // this item's Q read for the last time: the next item's may load
-      } else {
-        constexpr bool kOrdered = SCHED == Schedule::kOverlapOrdered;
-        // tile 0's scores alone (O is still zero: no P V yet)
+    for (int i = 0; i < 32; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+    uint32_t p[BN / 16][4];
+    mbar_wait(&sm.q_full, 0);
+    if constexpr (SCHED == Schedule::kSerial) {
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % STAGES;
+        const uint32_t phase = (j / STAGES) & 1;
         float sc[BN / 2];
-        const int s0 = g0 % STAGES;
-        mbar_wait(&sm.k_full[s0], (g0 / STAGES) & 1);
-        scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s0]), 0);
-        release(&sm.k_empty[s0]);
-        if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
+        mbar_wait(&sm.k_full[s], phase);
+        scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
         scores.template softmax<BN>(sc, m, l, alpha, rows);
+        rescale(o, alpha);
         to_p<BN>(p, sc);
-        // Turns: consumer w waits on barrier 1 + w, then hands the turn to the next, through all of the CTA's
-        // items. An arrival that hands nothing (every consumer's but the first's at the start, the last
-        // consumer's at the end) goes to the consumer's own one-warpgroup barrier 12 + w instead, which it
-        // completes alone: no barrier is left half-arrived, and no consumer branches around a barrier (ptxas
-        // would serialise the wgmmas: C7520).
-        const auto hand_turn = [&](bool to_next, int next) {
-          if constexpr (kOrdered) bar_arrive(to_next ? 1 + next : 12 + w, to_next ? 256 : 128);
-        };
-        hand_turn(w == 0 && first_item && n_tiles > 1, 0);  // the first consumer issues first
-        for (int j = 1; j < n_tiles; ++j) {
-          const int g = g0 + j, s = g % STAGES, sv = (g - 1) % STAGES;
-          mbar_wait(&sm.k_full[s], (g / STAGES) & 1);
-          mbar_wait(&sm.v_full[sv], ((g - 1) / STAGES) & 1);  // here: no branch between the fence and P V
-          if constexpr (kOrdered) bar_sync(1 + w, 256);
-          wgmma_fence();
-          scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
-          wgmma_commit();
-          pv<BN>(o, p, smem_addr(sm.v[sv]));
-          wgmma_commit();
-          hand_turn(!(w == NWG - 1 && j == n_tiles - 1 && last_item), (w + 1) % NWG);
-          wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
-          pin(sc);
-          scores.template finish<BN>(sc, rows, j);
-          release(&sm.k_empty[s]);
-          if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
-          scores.template softmax<BN>(sc, m, l, alpha, rows);
-          wgmma_wait<0>();
-          pin(o);
-          release(&sm.empty[sv]);
-          rescale(o, alpha);
-          to_p<BN>(p, sc);
-        }
-        release(&sm.q_empty);  // every Q K^T of this item done: the next item's Q may load
-        const int g = g0 + n_tiles - 1, sv = g % STAGES;
-        mbar_wait(&sm.v_full[sv], (g / STAGES) & 1);
+        mbar_wait(&sm.v_full[s], phase);
         wgmma_fence();
-        pv<BN>(o, p, smem_addr(sm.v[sv]));
+        pv<BN>(o, p, smem_addr(sm.v[s]));
         wgmma_commit();
         wgmma_wait_all();
         pin(o);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sm.empty[s]);
+      }
+    } else {
+      constexpr bool kOrdered = SCHED == Schedule::kOverlapOrdered;
+      const auto release = [&](uint64_t* bar) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+      };
+      // tile 0's scores alone (O is still zero: no P V yet)
+      float sc[BN / 2];
+      mbar_wait(&sm.k_full[0], 0);
+      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[0]), 0);
+      release(&sm.k_empty[0]);
+      if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
+      scores.template softmax<BN>(sc, m, l, alpha, rows);
+      to_p<BN>(p, sc);
+      // Turns: consumer w waits on barrier 1 + w, then hands the turn to the next. An arrival that hands
+      // nothing (every consumer's but the first's here, the last consumer's on the last tile) goes to the
+      // consumer's own one-warpgroup barrier 12 + w instead, which it completes alone: no barrier is left
+      // half-arrived, and no consumer branches around a barrier (ptxas would serialise the wgmmas: C7520).
+      const auto hand_turn = [&](bool to_next, int next) {
+        if constexpr (kOrdered) bar_arrive(to_next ? 1 + next : 12 + w, to_next ? 256 : 128);
+      };
+      hand_turn(w == 0 && n_tiles > 1, 0);  // the first consumer issues first
+      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+        if constexpr (kOrdered) bar_sync(1 + w, 256);
+        wgmma_fence();
+        scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+        wgmma_commit();
+        pv<BN>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(!(w == NWG - 1 && j == n_tiles - 1), (w + 1) % NWG);
+        wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
+        pin(sc);
+        scores.template finish<BN>(sc, rows, j);
+        release(&sm.k_empty[s]);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
         release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
       }
+      const int sv = (n_tiles - 1) % STAGES;
+      mbar_wait(&sm.v_full[sv], ((n_tiles - 1) / STAGES) & 1);
+      wgmma_fence();
+      pv<BN>(o, p, smem_addr(sm.v[sv]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+    }
 
-      // finish the row sums across the quad, normalise, store bf16 pairs of the rows that exist
-      float inv[2];
+    // finish the row sums across the quad, normalise, store bf16 pairs of the rows that exist
+    float inv[2];
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float x = l[hh];
-        x += __shfl_xor_sync(0xffffffffu, x, 1);
-        x += __shfl_xor_sync(0xffffffffu, x, 2);
-        inv[hh] = 1.f / x;
-      }
+    for (int hh = 0; hh < 2; ++hh) {
+      float x = l[hh];
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      inv[hh] = 1.f / x;
+    }
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int row = row0 + 8 * hh;
-        if (row >= tokens) continue;
-        __nv_bfloat16* dst =
-            out + ((static_cast<size_t>(b) * tokens + row) * heads + h) * kHeadDim + 2 * (lane % 4);
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = row0 + 8 * hh;
+      if (row >= tokens) continue;
+      __nv_bfloat16* dst = out + ((static_cast<size_t>(b) * tokens + row) * heads + h) * kHeadDim + 2 * (lane % 4);
 #pragma unroll
-        for (int c = 0; c < 8; ++c)
-          *reinterpret_cast<__nv_bfloat162*>(dst + 8 * c) =
-              __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
-      }
+      for (int c = 0; c < 8; ++c)
+        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * c) =
+            __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
     }
   }
 }
@@ -498,7 +467,7 @@ inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t 
 
 // Launches one configuration with the given scores; returns nullptr, or what went wrong. The launch itself is
 // checked by the caller.
-template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial, bool PERSISTENT = false>
+template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, int64_t batch,
                         int64_t tokens, int64_t heads, cudaStream_t stream) {
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
@@ -508,30 +477,22 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
       !make_map(&tv, v, batch, tokens, heads, BN))
     return "the CUDA driver refused the tensor maps (cuTensorMapEncodeTiled); a driver for CUDA 12 or later is "
            "needed";
-  auto kernel = attention_kernel<Scores, NWG, BN, STAGES, SCHED, PERSISTENT>;
+  auto kernel = attention_kernel<Scores, NWG, BN, STAGES, SCHED>;
   constexpr int smem = sizeof(Smem<BM, BN, STAGES, QK_ROW>) + 1024;  // + alignment of the swizzled tiles
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return "could not raise the kernel's shared-memory limit on this device";
-  const int64_t m_blocks = (tokens + BM - 1) / BM;
-  dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(heads), static_cast<unsigned>(batch));
-  if constexpr (PERSISTENT) {  // one CTA per SM (or per item, if fewer)
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      return "could not read the device's multiprocessor count";
-    grid = dim3(static_cast<unsigned>(std::min<int64_t>(sms, m_blocks * heads * batch)));
-  }
+  const dim3 grid(static_cast<unsigned>((tokens + BM - 1) / BM), static_cast<unsigned>(heads),
+                  static_cast<unsigned>(batch));
   kernel<<<grid, 128 * (NWG + 1), smem, stream>>>(tq, tk, tv, static_cast<__nv_bfloat16*>(out),
-                                                   static_cast<int>(tokens), static_cast<int>(heads),
-                                                   static_cast<int>(batch), scores);
+                                                   static_cast<int>(tokens), static_cast<int>(heads), scores);
   return nullptr;
 }
 
 // The bf16 kernel in one configuration (attention.cu's and the probe's entry).
-template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial, bool PERSISTENT = false>
+template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
                              int64_t heads, float scale, cudaStream_t stream) {
-  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED, PERSISTENT>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v,
+  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v,
                                                          batch, tokens, heads, stream);
 }
 

@@ -25,8 +25,6 @@ const Variant kVariants[] = {
     {"3wg bn128 st2 overlap ordered", ltx_cuda_sm90::launch_attention<3, 128, 2, Schedule::kOverlapOrdered>},
     {"2wg bn128 st2 overlap ordered", ltx_cuda_sm90::launch_attention<2, 128, 2, Schedule::kOverlapOrdered>},
     {"3wg bn128 st4 overlap ordered", ltx_cuda_sm90::launch_attention<3, 128, 4, Schedule::kOverlapOrdered>},
-    {"3wg bn128 st3 overlap ordered persistent",
-     ltx_cuda_sm90::launch_attention<3, 128, 3, Schedule::kOverlapOrdered, true>},
 };
 
 }  // namespace
