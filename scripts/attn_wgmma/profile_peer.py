@@ -17,7 +17,9 @@ from flash_attn.cute import flash_attn_func
 def main() -> None:
     probe.build(set())
     lib = ctypes.CDLL(str(probe.SO))
-    lib.ltx_attn_fwd.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    lib.ltx_attn_fwd.argtypes = (
+        [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    )
     q, k, v = probe.sets(torch, torch.device("cuda"), 3)["gaussian"]
     o = torch.empty_like(q)
     b, n, h, d = q.shape
