@@ -26,42 +26,6 @@ import ltx_reference  # noqa: E402  (the tests' references and quality gates)
 KERNEL = HERE.parent.parent / "kernel_src" / "ltx_cuda_sm90"
 SO = Path(os.environ.get("ATTN_SO", "/tmp/attn_wgmma.so"))
 RESCALE = "#pragma unroll\n  for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];"
-# Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
-# softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
-PATCHES = {
-    "planted": [
-        (
-            "s[i] = ex2(fmaf(s[i], f[h], -c[h]));",
-            "s[i] = ex2(__bfloat162float(__float2bfloat16(fmaf(s[i], f[h], -c[h]))));",
-        )
-    ],
-    # skip O's rescale when no row of the warp got a new maximum (alpha == 1: the product is exact anyway)
-    "skip-rescale": [
-        (RESCALE, "  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;\n" + RESCALE),
-    ],
-    # and keep a row's maximum until it grows by more than 8 (P <= 2^8 before normalising), so rescales are rare
-    "lazy-max": [
-        (RESCALE, "  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;\n" + RESCALE),
-        (
-            "const float m_new = fmaxf(m[h], (kBase ? mx[h] - float(kBase) : mx[h]) * f[h]);",
-            "const float x_ = (kBase ? mx[h] - float(kBase) : mx[h]) * f[h];\n"
-            "    const float m_new = x_ > m[h] + 8.f ? x_ : m[h];",
-        ),
-    ],
-    # timing only (wrong results, the gate fails): where the time goes, by leaving one stage out
-    "time-no-ex2": [
-        (
-            "s[i] = ex2(fmaf(s[i], f[h], -c[h]));",
-            "s[i] = fmaf(s[i], f[h], -c[h]);",
-        )
-    ],
-    "time-no-pv": [
-        (
-            "pv<BN>(o, p, smem_addr(sm.v[s]));",
-            'for (int kk = 0; kk < BN / 16; ++kk) for (int r = 0; r < 4; ++r) asm volatile("" ::"r"(p[kk][r]));',
-        )
-    ],
-}
 # the row maximum in four independent chains per row instead of one (FA4's fmax_reduce): the exponentials
 # wait for the reduction's latency, not its instruction count
 MAX4 = [
@@ -102,20 +66,56 @@ SUM4 = [
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));""",
     )
 ]
-# the three tensor maps fetched into the cache while the barriers are set up, not on the first bulk copy
-PATCHES["prefetch-maps"] = [
-    (
-        """  if (threadIdx.x == 0) {
+# Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
+# softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
+PATCHES = {
+    "planted": [
+        (
+            "s[i] = ex2(fmaf(s[i], f[h], -c[h]));",
+            "s[i] = ex2(__bfloat162float(__float2bfloat16(fmaf(s[i], f[h], -c[h]))));",
+        )
+    ],
+    # skip O's rescale when no row of the warp got a new maximum (alpha == 1: the product is exact anyway)
+    "skip-rescale": [
+        (RESCALE, "  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;\n" + RESCALE),
+    ],
+    # and keep a row's maximum until it grows by more than 8 (P <= 2^8 before normalising), so rescales are rare
+    "lazy-max": [
+        (RESCALE, "  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;\n" + RESCALE),
+        (
+            "const float m_new = fmaxf(m[h], (kBase ? mx[h] - float(kBase) : mx[h]) * f[h]);",
+            "const float x_ = (kBase ? mx[h] - float(kBase) : mx[h]) * f[h];\n"
+            "    const float m_new = x_ > m[h] + 8.f ? x_ : m[h];",
+        ),
+    ],
+    # the three tensor maps fetched into the cache while the barriers are set up, not on the first bulk copy
+    "prefetch-maps": [
+        (
+            """  if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);""",
-        """  if (threadIdx.x == 0) {
+            """  if (threadIdx.x == 0) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tq)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tk)) : "memory");
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tv)) : "memory");
     mbar_init(&sm.q_full, 1);""",
-    )
-]
-PATCHES["max4"] = MAX4
-PATCHES["max4-sum4"] = MAX4 + SUM4
+        )
+    ],
+    "max4": MAX4,
+    "max4-sum4": MAX4 + SUM4,
+    # timing only (wrong results, the gate fails): where the time goes, by leaving one stage out
+    "time-no-ex2": [
+        (
+            "s[i] = ex2(fmaf(s[i], f[h], -c[h]));",
+            "s[i] = fmaf(s[i], f[h], -c[h]);",
+        )
+    ],
+    "time-no-pv": [
+        (
+            "pv<BN>(o, p, smem_addr(sm.v[s]));",
+            'for (int kk = 0; kk < BN / 16; ++kk) for (int r = 0; r < 4; ++r) asm volatile("" ::"r"(p[kk][r]));',
+        )
+    ],
+}
 PATCHED = Path("/tmp/attn_patched")
 B, H, N, D = 2, 32, 6144, 64
 FLOPS = 4 * B * H * N * N * D
@@ -187,18 +187,16 @@ def bench_style(torch, fn) -> float:
     return times[len(times) // 2]
 
 
-def one(variant: int, patch: str | None = None) -> dict:
-    """Check one variant against fp32 attention on two fresh input sets, then time it."""
+def attention(variant: int, patch: str | None = None):
+    """shim.cu's configuration `variant` (built with `patch`, if named) as run(q, k, v, o) -> o on torch's
+    current stream, and its name."""
     import torch
-    import triton
-    from torch.nn.attention import SDPBackend
 
     lib = ctypes.CDLL(str(PATCHED / patch / "attn.so" if patch else SO))
     lib.ltx_attn_fwd.argtypes = (
         [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     )
     lib.ltx_attn_variant.restype = ctypes.c_char_p
-    dev = torch.device("cuda")
 
     def run(q, k, v, o):
         stream = torch.cuda.current_stream().cuda_stream
@@ -208,7 +206,18 @@ def one(variant: int, patch: str | None = None) -> dict:
             raise RuntimeError(f"ltx_attn_fwd returned {rc}")
         return o
 
-    res = {"variant": variant, "name": lib.ltx_attn_variant(variant).decode() + (f" + {patch}" if patch else "")}
+    return run, lib.ltx_attn_variant(variant).decode() + (f" + {patch}" if patch else "")
+
+
+def one(variant: int, patch: str | None = None) -> dict:
+    """Check one variant against fp32 attention on two fresh input sets, then time it."""
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend
+
+    dev = torch.device("cuda")
+    run, label = attention(variant, patch)
+    res = {"variant": variant, "name": label}
     for seed in (1, 2):
         for name, (q, k, v) in sets(torch, dev, seed).items():
             o = torch.full_like(q, float("nan"))
