@@ -1,12 +1,13 @@
 // attention.cuh: self-attention forward on Hopper (sm_90a), head dim 64, bf16 in and out, fp32 softmax and
 // accumulators. q, k, v and the output are [B, S, H, 64] with contiguous rows (the projection's own layout).
 //
-// One CTA: BM = 64 * NWG queries of one (batch, head). Warpgroup 0 produces: one thread copies the Q tile once
-// and K/V tiles of BN tokens into a STAGES-deep ring with the bulk tensor copy engine (128-byte swizzle, which
-// is the wgmma operand layout). Warpgroups 1..NWG consume 64 queries each: S = Q K^T by wgmma from shared
-// memory, online softmax in registers (exp2 domain), O += P V by wgmma with P in registers and V read
-// transposed. How a consumer orders that work is the kernel's Schedule (below): the shipped one keeps
-// Q K^T(j) and P V(j - 1) in flight under tile j's softmax, and the consumers take turns to issue them.
+// One CTA: BM = 64 * NWG queries of one (batch, head) (fewer in the last round: Tiling). Warpgroup 0 produces:
+// one thread copies the Q tile once and K/V tiles of BN tokens into a STAGES-deep ring with the bulk tensor
+// copy engine (128-byte swizzle, which is the wgmma operand layout). Warpgroups 1..NWG consume 64 queries each:
+// S = Q K^T by wgmma from shared memory, online softmax in registers (exp2 domain), O += P V by wgmma with P in
+// registers and V read transposed. How a consumer orders that work is the kernel's Schedule (below): the
+// shipped one keeps Q K^T(j) and P V(j - 1) in flight under tile j's softmax, and the consumers take turns to
+// issue them.
 // Out-of-range tokens of the last tiles arrive as zeros; their scores are masked and their rows not stored.
 // How a tile's scores come to be is the kernel's Scores policy: Bf16Scores here (bf16 q and k, bf16 wgmma);
 // the probe's 8-bit draft (scripts/attn_wgmma/int8.cuh) plugs INT8 q and k into the same pipeline.
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tiling.cuh"
 #include "wgmma.cuh"
 
 namespace ltx_cuda_sm90 {
@@ -261,13 +263,14 @@ template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
-                     int heads, const Scores scores) {
+                     int heads, const Tiling tiling, const Scores scores) {
   static_assert(NWG == 2 || NWG == 3, "two or three consumer warpgroups");
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
   using Sm = Smem<BM, BN, STAGES, QK_ROW>;
   extern __shared__ uint8_t raw[];
   Sm& sm = *reinterpret_cast<Sm*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  const int m0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z;
+  const Work item = work_of<NWG>(tiling, blockIdx.x, tokens, heads);
+  const int b = item.b, h = item.h, m0 = item.m0, nwg = item.nwg;
   const int n_tiles = (tokens + BN - 1) / BN;
   // the warpgroup from lane 0, so that the compiler knows it warp-uniform and keeps the wgmma descriptors that
   // derive from it in uniform registers
@@ -278,8 +281,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&sm.k_full[s], 1);
       mbar_init(&sm.v_full[s], 1);
-      mbar_init(&sm.empty[s], 4 * NWG);  // one arrival per consumer warp
-      mbar_init(&sm.k_empty[s], 4 * NWG);
+      mbar_init(&sm.empty[s], 4 * nwg);  // one arrival per consumer warp
+      mbar_init(&sm.k_empty[s], 4 * nwg);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -325,6 +328,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(consumer_registers<NWG>()));
     const int w = wg - 1, lane = t % 32;
+    if (w >= nwg) return;  // a narrow CTA's idle consumer
     const uint32_t q_addr = smem_addr(sm.q) + w * 64 * QK_ROW;
     const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     typename Scores::Rows rows = scores.rows(b, h, row0, tokens, heads, n_tiles);
@@ -372,10 +376,14 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       // nothing (every consumer's but the first's here, the last consumer's on the last tile) goes to the
       // consumer's own one-warpgroup barrier 12 + w instead, which it completes alone: no barrier is left
       // half-arrived, and no consumer branches around a barrier (ptxas would serialise the wgmmas: C7520).
-      const auto hand_turn = [&](bool to_next, int next) {
-        if constexpr (kOrdered) bar_arrive(to_next ? 1 + next : 12 + w, to_next ? 256 : 128);
+      // The next consumer's barrier, worked out once: a division in the loop would sit between the wgmmas'
+      // issue and the hand-over (6 % slower, measured).
+      const int next = 1 + (w + 1 < nwg ? w + 1 : 0);
+      const bool last = w == nwg - 1;
+      const auto hand_turn = [&](bool to_next, int next_bar) {
+        if constexpr (kOrdered) bar_arrive(to_next ? next_bar : 12 + w, to_next ? 256 : 128);
       };
-      hand_turn(w == 0 && n_tiles > 1, 0);  // the first consumer issues first
+      hand_turn(w == 0 && n_tiles > 1, 1);  // the first consumer issues first
       for (int j = 1; j < n_tiles; ++j) {
         const int s = j % STAGES, sv = (j - 1) % STAGES;
         mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
@@ -386,7 +394,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         wgmma_commit();
         pv<BN>(o, p, smem_addr(sm.v[sv]));
         wgmma_commit();
-        hand_turn(!(w == NWG - 1 && j == n_tiles - 1), (w + 1) % NWG);
+        hand_turn(!(last && j == n_tiles - 1), next);
         wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
         pin(sc);
         scores.template finish<BN>(sc, rows, j);
@@ -465,11 +473,20 @@ inline bool make_map(CUtensorMap* map, const void* base, int64_t batch, int64_t 
                   swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The current device's SM count (0 if the runtime cannot say: then no item is cut).
+inline int sm_count() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return sms;
+}
+
 // Launches one configuration with the given scores; returns nullptr, or what went wrong. The launch itself is
 // checked by the caller.
 template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, int64_t batch,
-                        int64_t tokens, int64_t heads, cudaStream_t stream) {
+                        int64_t tokens, int64_t heads, cudaStream_t stream, bool balance = true) {
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
   CUtensorMap tq, tk, tv;
   if (!make_map(&tq, q, batch, tokens, heads, BM, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||
@@ -481,19 +498,18 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
   constexpr int smem = sizeof(Smem<BM, BN, STAGES, QK_ROW>) + 1024;  // + alignment of the swizzled tiles
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return "could not raise the kernel's shared-memory limit on this device";
-  const dim3 grid(static_cast<unsigned>((tokens + BM - 1) / BM), static_cast<unsigned>(heads),
-                  static_cast<unsigned>(batch));
-  kernel<<<grid, 128 * (NWG + 1), smem, stream>>>(tq, tk, tv, static_cast<__nv_bfloat16*>(out),
-                                                   static_cast<int>(tokens), static_cast<int>(heads), scores);
+  const Tiling tiling = make_tiling(batch, tokens, heads, NWG, sm_count(), balance);
+  kernel<<<static_cast<unsigned>(tiling.ctas), 128 * (NWG + 1), smem, stream>>>(
+      tq, tk, tv, static_cast<__nv_bfloat16*>(out), static_cast<int>(tokens), static_cast<int>(heads), tiling, scores);
   return nullptr;
 }
 
 // The bf16 kernel in one configuration (attention.cu's and the probe's entry).
 template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
-                             int64_t heads, float scale, cudaStream_t stream) {
+                             int64_t heads, float scale, cudaStream_t stream, bool balance = true) {
   return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v,
-                                                         batch, tokens, heads, stream);
+                                                         batch, tokens, heads, stream, balance);
 }
 
 }  // namespace ltx_cuda_sm90

@@ -107,8 +107,9 @@ def test_smoothing_k_shifts_every_score_of_a_query_alike():
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 needs_sm90 = pytest.mark.skipif(not ON_SM90, reason="the attention kernel is built for sm_90a (H100, H200)")
 
-# LTX-Video 2B's self-attention (768x512, 121 frames latent: 6144 tokens), and token counts that fill no tile
-SHAPES = [(2, 6144, 32), (1, 1000, 3), (2, 77, 4), (1, 193, 1)]
+# LTX-Video 2B's self-attention (768x512, 121 frames latent: 6144 tokens: whole query blocks, then the last round
+# in narrow CTAs), and token counts that fill no tile (every CTA narrow; at 300 tokens the last has one consumer)
+SHAPES = [(2, 6144, 32), (1, 1000, 3), (2, 77, 4), (1, 193, 1), (1, 300, 2)]
 
 
 @pytest.mark.parametrize("k_outliers", [False, True], ids=["gaussian", "k-outliers"])
@@ -201,3 +202,20 @@ def test_the_shipped_kernel_compiles_without_spills_or_serialised_wgmmas(tmp_pat
     assert "warpgroup.arrive is injected" not in r.stderr, r.stderr[-3000:]
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", r.stderr)
     assert spills and all(s == ("0", "0") for s in spills), spills
+
+
+CXX = shutil.which("c++") or shutil.which("g++")
+
+
+@pytest.mark.skipif(CXX is None, reason="needs a C++ compiler")
+def test_every_query_of_every_head_is_taken_by_exactly_one_cta(tmp_path):
+    """The kernel's tiling (tiling.cuh: whole query blocks, then the last round in narrow CTAs), compiled for the
+    CPU by attention_tiling.cpp: over shapes from 1 to 6,145 tokens and 1 to 132 SMs, every query of every head
+    is taken by exactly one CTA, the full CTAs come first, and the narrow ones fit in one round."""
+    exe = tmp_path / "tiling"
+    source = Path(__file__).with_name("attention_tiling.cpp")
+    r = subprocess.run([CXX, "-std=c++17", "-O2", "-I", str(KERNEL_SM90), "-o", str(exe), str(source)],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-3000:]
