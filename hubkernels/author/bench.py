@@ -207,9 +207,13 @@ def run(
             candidates["torch.compile"] = torch.compile(eager, dynamic=False)
         ref = reference(bench, op, inputs[0])
         for name, fn in candidates.items():
-            out = fn(*inputs[0])
+            out = fn(*inputs[0])  # also any compilation a peer does on its first call
             if out is NotImplemented:  # a peer that does not take these inputs
                 continue
+            # The same warm-up before every candidate: a GPU's clock follows its recent power draw, so without it
+            # the first candidate is timed after the previous op's work and a peer after its own (idle)
+            # compilation, and the order of the rows moves their times by several per cent.
+            warm_up_device(dev)
             times = time_calls(fn, inputs, dev, warmup, iters)
             med = statistics.median(times)
             nbytes = _nbytes(*inputs[0]) + _nbytes(out)  # every input read once, every output written once
@@ -278,7 +282,8 @@ def time_calls(
 
 
 def warm_up_device(device: Any, seconds: float = 1.5) -> None:
-    """Keep the GPU busy for a moment so its clocks leave idle before anything is timed."""
+    """Keep the GPU busy with copies for a moment: its clocks leave idle, and every candidate that follows is
+    timed from the same clock state."""
     import torch
 
     if device.type != "cuda":
