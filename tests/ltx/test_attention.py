@@ -12,6 +12,7 @@ widths), as the kernel's attention processor hands them over.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -23,6 +24,11 @@ import torch
 import torch.nn.functional as F
 from ltx_tiny import LTX_2B_CONFIG, capture_self_attention, ltx_inputs, tiny_ltx
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# the tests that build LTX-Video's transformer (diffusers' model) skip where diffusers is not installed
+needs_diffusers = pytest.mark.skipif(
+    importlib.util.find_spec("diffusers") is None, reason="builds LTX-Video's transformer: needs diffusers"
+)
 
 
 def _qkv(b: int, s: int, h: int, d: int = 64, *, dtype=torch.bfloat16, device="cpu", seed=0, k_outliers=False):
@@ -79,6 +85,7 @@ def test_the_8bit_gate_fails_k_left_unsmoothed_on_channel_outliers():
     assert cos < ref.GATE_8BIT[0] and l1 > ref.GATE_8BIT[1], (cos, l1)  # both measures fail
 
 
+@needs_diffusers
 def test_on_qkv_from_an_ltx_2b_block_the_8bit_math_meets_the_8bit_gate(ltx):
     """One block at the 2B model's widths (32 heads of 64), 384 tokens, fp32 on the CPU (bf16 matmuls are slow
     here): the logits its q/k norms and RoPE give, q, k, v rounded to bf16 as the GPU forward has them."""
@@ -132,6 +139,7 @@ def test_the_kernel_is_as_accurate_as_cudnn_bf16(ltx, shape, k_outliers, seed):
 
 @pytest.mark.gpu
 @needs_sm90
+@needs_diffusers
 def test_on_qkv_captured_from_the_ltx_2b_forward_the_kernel_is_as_accurate_as_cudnn(ltx):
     """All 28 self-attention calls of the 2B forward at 6,144 tokens (768x512, 121 frames); and the 8-bit math
     on every call, a quarter of the heads each (the fp64 reference's time)."""
@@ -150,6 +158,7 @@ def test_on_qkv_captured_from_the_ltx_2b_forward_the_kernel_is_as_accurate_as_cu
 
 @pytest.mark.gpu
 @needs_sm90
+@needs_diffusers
 def test_the_2b_forward_on_the_kernel_is_as_close_to_fp32_as_diffusers_bf16(ltx):
     """The whole output: the kernelized bf16 forward (this attention and the fused ops) against the fp32 forward,
     no further than diffusers' own bf16 forward is."""
