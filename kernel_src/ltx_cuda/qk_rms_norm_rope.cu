@@ -17,6 +17,7 @@ struct QkNormRopeEpilogue {
   static constexpr bool kStreamX = false;
   static constexpr int kMinBlocks = 1;
   static constexpr int kPairGroup = 128;  // 2 vectors of q and of k a thread
+  static constexpr int kPairRows = 1;
   T* q_out;
   T* k_out;
   const T* weight_q;

@@ -26,13 +26,15 @@ __device__ __forceinline__ void sincos_fast(float x, float* s, float* c) {
 }
 
 // The angles are ALU work: they are computed while x is in flight (kPrefetch: before the reduction),
-// and LTX-Video's width runs 256 threads with one vector of q and of k each (~60 registers), so more
-// warps hide it (the variants timed: docs/kernels.md).
+// and LTX-Video's width runs 256 threads with one vector of q and of k each, so more warps hide it;
+// such a block walks 4 rows with the next one copied ahead (kPairRows; the variants timed:
+// docs/kernels.md).
 template <class T, bool kFast>
 struct QkNormRopeGridEpilogue {
   static constexpr int kNarrow = 2;         // the fallback path still moves whole pairs
   static constexpr bool kPrefetch = true;   // weights, positions, freqs: L1 hits; the rest is ALU
   static constexpr int kPairGroup = 256;
+  static constexpr int kPairRows = 4;  // pipelined (row_norm.cuh)
   static constexpr bool kResidual = false;
   static constexpr bool kStreamX = false;
   static constexpr int kMinBlocks = 1;

@@ -13,6 +13,8 @@
 //                                       // vectors a thread; 1 = no cap)
 //     static constexpr int kPairGroup;  // K = 2 only: threads per row for rows of 129..256 chunks,
 //                                       // 128 (2 vectors of q and of k) or 256 (1 vector)
+//     static constexpr int kPairRows;   // K = 2, kPairGroup = 256 only: rows a block walks, pipelined
+//                                       // (row_norm_pipelined_kernel); 1 = the resident kernel
 //     struct Row {...};                 // pointers to column `col0` of row r, computed once
 //     __device__ Row row(int64_t r, int64_t col0) const;
 //     template <int W> struct Aux {...};  // what it reads for W columns (weight, cos, ...)
@@ -76,7 +78,26 @@ constexpr int min_blocks() {
 
 // The resident kernels sum x^2 of a thread's chunks in two fmaf chains, the even and the odd columns
 // in chunk order, then add them: packed kernels that must give the same bits (rms_norm_modulate.cu)
-// sum in this order too. W is even on the wide path (8 or 4 elements a vector).
+// sum in this order too. W is even on the wide path (8 or 4 elements a vector). Two chains halve
+// the dependent fmaf latency.
+template <int kVecs, class T, int W>
+__device__ __forceinline__ float sum_squares(const Vec<T, W>* x) {
+  float even = 0.0f, odd = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j)
+#pragma unroll
+    for (int i = 0; i < W; i += 2) {
+      even = fmaf(x[j].f(i), x[j].f(i), even);
+      odd = fmaf(x[j].f(i + 1), x[j].f(i + 1), odd);
+    }
+  return even + odd;
+}
+
+// 1 / rms of a row from its sum of squares (every row kernel's, so their outputs agree).
+__device__ __forceinline__ float inv_rms_of(float ss, int64_t dim, float eps) {
+  return rsqrtf(ss / static_cast<float>(dim) + eps);
+}
+
 // Register-resident: thread `lane` of the row's group holds chunks lane, lane + kGroup, ...
 // (kVecs of them, W elements each) of every tensor from the load to the write, so x is read once.
 // A warp's loads of one chunk index cover 32 * W consecutive elements (fully coalesced).
@@ -134,22 +155,11 @@ __global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>(
 
   float ss[K];
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    // Two chains (even and odd columns, as described above the kernel) halve the dependent fmaf latency.
-    float even = 0.0f, odd = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j)
-#pragma unroll
-      for (int i = 0; i < W; i += 2) {
-        even = fmaf(x[k][j].f(i), x[k][j].f(i), even);
-        odd = fmaf(x[k][j].f(i + 1), x[k][j].f(i + 1), odd);
-      }
-    ss[k] = even + odd;
-  }
+  for (int k = 0; k < K; ++k) ss[k] = sum_squares<kVecs>(x[k]);
   group_sum<kGroup, block_threads(kGroup)>(ss);
   float inv_rms[K];
 #pragma unroll
-  for (int k = 0; k < K; ++k) inv_rms[k] = rsqrtf(ss[k] / static_cast<float>(dim) + eps);
+  for (int k = 0; k < K; ++k) inv_rms[k] = inv_rms_of(ss[k], dim, eps);
 
   constexpr int kBatch = Ep::kPrefetch || kVecs < kAuxBatch ? kVecs : kAuxBatch;
   static_assert(kVecs % kBatch == 0, "batches tile the thread's chunks");
@@ -172,6 +182,72 @@ __global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>(
       }
     }
   }
+}
+
+// Pipelined (K tensors, one vector of each per thread: rows of kGroup chunks or fewer): a block of
+// kGroup threads takes kRows consecutive rows and copies row i + 1's x into shared memory (cp.async,
+// no registers held) while it reduces and writes row i, so only the first row's HBM latency is
+// exposed (the resident kernel exposes it once per row). Each thread reads back only the words it
+// copied, so the ring needs no barrier. The sums are the resident kernel's with kVecs = 1: the
+// output is the same to the bit. qk_rms_norm_rope_grid on the H200: 62.9 against 67.8 µs; the next
+// row held in registers instead took 65.5 (64 registers, spilling) or 78 (96 uncapped, 2 blocks).
+template <class T, int W, int kGroup, int kRows, int K, class Ep>
+__global__ void __launch_bounds__(kGroup, 4)
+    row_norm_pipelined_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
+  static_assert(W % 2 == 0, "the wide path: even and odd columns");
+  __shared__ uint4 ring[2][K][kGroup];  // [row % 2][tensor][thread]: one 16-byte vector each
+  const int64_t first = linear_block_index() * kRows;
+  if (first >= rows) return;  // whole block
+  const int64_t col0 = int64_t(threadIdx.x) * W;
+  const bool has = col0 < dim;  // dim is a multiple of W on the wide path
+  const int64_t last = min(rows, first + kRows);
+  const auto fetch = [&](int64_t row) {  // one commit group per row, empty past the last
+    if (has && row < last) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        copy_async<T, W>(&ring[(row - first) % 2][k][threadIdx.x], in.x[k] + row * dim + col0);
+    }
+    async_commit();
+  };
+  fetch(first);
+#pragma unroll 1
+  for (int64_t row = first; row < last; ++row) {  // the same trip count for the whole block
+    fetch(row + 1);
+    async_wait<1>();  // row's group has landed; row + 1's may still be in flight
+    Vec<T, W> x[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (has)
+        x[k].load_ordered(reinterpret_cast<const T*>(&ring[(row - first) % 2][k][threadIdx.x]));
+      else
+        x[k].zero();
+    }
+    const auto rp = ep.row(row, col0);
+    typename Ep::template Aux<W> aux;
+    if (has) ep.load(rp, 0, aux);
+    float ss[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) ss[k] = sum_squares<1>(&x[k]);
+    group_sum<kGroup, kGroup>(ss);
+    if (has) {
+      float v[K][W];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const float inv_rms = inv_rms_of(ss[k], dim, eps);
+#pragma unroll
+        for (int i = 0; i < W; ++i) v[k][i] = x[k].f(i) * inv_rms;
+      }
+      ep.store(rp, 0, v, aux);
+    }
+  }
+}
+
+template <class T, int W, int kGroup, int kRows, int K, class Ep>
+void launch_pipelined(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int64_t dim, float eps,
+                      cudaStream_t stream) {
+  if (rows <= 0) return;  // a zero-size grid is a launch error
+  const dim3 grid = linear_grid(ceil_div(rows, kRows));
+  row_norm_pipelined_kernel<T, W, kGroup, kRows, K, Ep><<<grid, kGroup, 0, stream>>>(in, ep, rows, dim, eps);
 }
 
 // Two passes: for rows too long to hold in registers, and for the narrow (unaligned) path. Pass 1
@@ -213,7 +289,7 @@ __global__ void __launch_bounds__(block_threads(kGroup), 1)
   if (!active) return;
   float inv_rms[K];
 #pragma unroll
-  for (int k = 0; k < K; ++k) inv_rms[k] = rsqrtf(ss[k] / static_cast<float>(dim) + eps);
+  for (int k = 0; k < K; ++k) inv_rms[k] = inv_rms_of(ss[k], dim, eps);
 
   for (int64_t c = lane; c < chunks; c += kGroup) {
     typename Ep::template Aux<W> aux;
@@ -291,7 +367,12 @@ void launch_row_norm(const RowInputs<T, K>& in, const Ep& ep, int64_t rows, int6
     if (chunks <= 128) return launch_resident<T, W, 64, 2>(in, ep, rows, dim, eps, stream);
     constexpr int kPair = Ep::kPairGroup;
     static_assert(kPair == 128 || kPair == 256, "129..256 chunks: 128 or 256 threads per row");
-    if (chunks <= 256) return launch_resident<T, W, kPair, 256 / kPair, 2>(in, ep, rows, dim, eps, stream);
+    if (chunks <= 256) {
+      if constexpr (kPair == 256 && Ep::kPairRows > 1)
+        return launch_pipelined<T, W, 256, Ep::kPairRows, 2>(in, ep, rows, dim, eps, stream);
+      else
+        return launch_resident<T, W, kPair, 256 / kPair, 2>(in, ep, rows, dim, eps, stream);
+    }
     if (chunks <= 512) return launch_resident<T, W, 256, 2>(in, ep, rows, dim, eps, stream);
     if (chunks <= 1024) return launch_resident<T, W, 512, 2>(in, ep, rows, dim, eps, stream);
   }

@@ -169,6 +169,42 @@ struct alignas((sizeof(T) * N) % 16 == 0 ? 16 : alignof(T)) Vec {
   __device__ __forceinline__ void set(int i, float x) { v[i] = from_float<T>(x); }
 };
 
+// ---- asynchronous copies (cp.async: global to shared, not through registers) --------------------
+
+// Starts copying the 16-byte words of a wide Vec<T, N> at global p to shared dst (16-byte aligned).
+// The copies a thread started before its async_commit() form one group; async_wait<n>() returns
+// once all but the thread's n most recent groups have landed, and the thread may then read them.
+// Host compiles (the CPU emulation) copy at once and wait for nothing; the empty #else branches are the
+// shape tests/ltx/cuda_emu/harness.py strips device-only code by.
+template <class T, int N>
+__device__ __forceinline__ void copy_async(void* dst, const T* p) {
+  static_assert(Vec<T, N>::kWide, "whole 16-byte words");
+#pragma unroll
+  for (int w = 0; w < Vec<T, N>::kBytes / 16; ++w) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(
+                     __cvta_generic_to_shared(static_cast<char*>(dst) + 16 * w))),
+                 "l"(reinterpret_cast<const uint4*>(p) + w)
+                 : "memory");
+#else
+    memcpy(static_cast<char*>(dst) + 16 * w, reinterpret_cast<const uint4*>(p) + w, 16);
+#endif
+  }
+}
+__device__ __forceinline__ void async_commit() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#else
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void async_wait() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#else
+#endif
+}
+
 // ---- reductions ---------------------------------------------------------------------------------
 
 // Sum over the 32 lanes of a warp; every lane gets the total (same order on every lane).
