@@ -100,6 +100,35 @@ PATCHES = {
     mbar_init(&sm.q_full, 1);""",
         )
     ],
+    # flash-attn-4's order (its SASS: scripts/attn_wgmma/sass_vs_fa4.py): V(j - 1) waited for after Q K^T(j) is
+    # issued, with a second fence before P V, so a late V does not hold back the scores
+    "v-after-qk": [
+        (
+            """        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+        if constexpr (kOrdered) bar_sync(1 + w, 256);
+        wgmma_fence();
+        scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+        wgmma_commit();
+""",
+            """        if constexpr (kOrdered) bar_sync(1 + w, 256);
+        wgmma_fence();
+        scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+        wgmma_commit();
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);
+        wgmma_fence();
+""",
+        )
+    ],
+    # flash-attn-4's (and CUTLASS's) barrier wait: try_wait with a suspend-time hint, so a waiting warp sleeps until
+    # the phase flips (NANOSLEEP.SYNCS in the SASS) instead of spinning through issue slots the consumers need
+    "wait-hint": [
+        (
+            '"mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\\n"',
+            '"mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1, 10000000;\\n"',
+        )
+    ],
+    # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
+    "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
     "max4-sum4": MAX4 + SUM4,
     # timing only (wrong results, the gate fails): where the time goes, by leaving one stage out
