@@ -180,10 +180,21 @@ __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
 }
 
+// What a Scores policy may do to its consumer's 64 rows of the Q tile before the first Q K^T: fold_start() runs
+// before Q lands (work that needs no Q), fold_finish() rewrites the rows in shared memory after; the kernel then
+// fences the writes for wgmma and syncs the warpgroup. The shipped policy folds nothing (NoFold: no code); the
+// probe's Q fold (scripts/attn_wgmma/qfold.cuh) applies LTX-Video's q norm and RoPE there.
+struct NoFold {
+  static constexpr bool kFoldQ = false;
+  struct Fold {};
+  __device__ __forceinline__ Fold fold_start(int, int, int, int, int) const { return {}; }
+  __device__ __forceinline__ void fold_finish(const Fold&, uint8_t*, int) const {}
+};
+
 // The bf16 scores: S = Q K^T by wgmma from the swizzled tiles, scaled by scale * log2(e) in the softmax.
 // A Scores policy names its q/k rows' bytes and tensor-map format, the state a thread keeps for its two rows,
 // tile(), which turns one K tile into the thread's scores, and softmax(), the online softmax of them.
-struct Bf16Scores {
+struct Bf16Scores : NoFold {
   static constexpr int kQKRowBytes = kRowBytes;
   static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   static constexpr CUtensorMapSwizzle kSwizzle = CU_TENSOR_MAP_SWIZZLE_128B;
@@ -332,12 +343,18 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     const uint32_t q_addr = smem_addr(sm.q) + w * 64 * QK_ROW;
     const int row0 = m0 + w * 64 + (t / 32) * 16 + lane / 4;  // this thread's rows: row0 and row0 + 8
     typename Scores::Rows rows = scores.rows(b, h, row0, tokens, heads, n_tiles);
+    const typename Scores::Fold fold = scores.fold_start(b, h, m0 + w * 64, tokens, t);
     float o[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
     uint32_t p[BN / 16][4];
     mbar_wait(&sm.q_full, 0);
+    if constexpr (Scores::kFoldQ) {
+      scores.fold_finish(fold, sm.q + w * 64 * QK_ROW, t);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes, read by wgmma
+      bar_sync(8 + w, 128);                                           // the warpgroup's rows, all rewritten
+    }
     if constexpr (SCHED == Schedule::kSerial) {
       for (int j = 0; j < n_tiles; ++j) {
         const int s = j % STAGES;
@@ -508,7 +525,7 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
 template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
                              int64_t heads, float scale, cudaStream_t stream, bool balance = true) {
-  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{scale * 1.4426950408889634f}, out, q, k, v,
+  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{{}, scale * 1.4426950408889634f}, out, q, k, v,
                                                          batch, tokens, heads, stream, balance);
 }
 

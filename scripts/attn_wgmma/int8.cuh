@@ -39,7 +39,7 @@ constexpr int kMagic = 12582912;           // its value
 // The 8-bit scores: q8 k8^T by INT8 wgmma (two k32 steps along the 64-byte swizzled rows). A score costs one
 // integer add more than a bf16 one: the row's factor f = q scale x k scale is applied in the softmax's FMA,
 // exp2((kMagic + x) f - (kMagic f + m)), and the row maximum is taken on kMagic + x (monotonic in x).
-struct Int8Scores {
+struct Int8Scores : NoFold {
   static constexpr int kQKRowBytes = kHeadDim;  // one token's head in INT8: one 64-byte swizzle row
   static constexpr CUtensorMapDataType kMapType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   static constexpr CUtensorMapSwizzle kSwizzle = CU_TENSOR_MAP_SWIZZLE_64B;
@@ -102,7 +102,7 @@ template <int STAGES, Schedule SCHED = Schedule::kSerial>
 const char* launch_attention_int8(void* out, const void* q8, const void* k8, const void* v, const float* q_scale,
                                   const float* k_scale, int64_t batch, int64_t tokens, int64_t heads,
                                   cudaStream_t stream) {
-  return launch_with<Int8Scores, 3, 128, STAGES, SCHED>(Int8Scores{q_scale, k_scale}, out, q8, k8, v, batch, tokens,
+  return launch_with<Int8Scores, 3, 128, STAGES, SCHED>(Int8Scores{{}, q_scale, k_scale}, out, q8, k8, v, batch, tokens,
                                                         heads, stream);
 }
 
