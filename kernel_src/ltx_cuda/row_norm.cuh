@@ -191,9 +191,11 @@ __global__ void __launch_bounds__(block_threads(kGroup), (min_blocks<Ep, kVecs>(
 // copied, so the ring needs no barrier. The sums are the resident kernel's with kVecs = 1: the
 // output is the same to the bit. qk_rms_norm_rope_grid on the H200: 62.9 against 67.8 µs; the next
 // row held in registers instead took 65.5 (64 registers, spilling) or 78 (96 uncapped, 2 blocks).
-template <class T, int W, int kGroup, int kRows, int K, class Ep>
-__global__ void __launch_bounds__(kGroup, 4)
-    row_norm_pipelined_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
+// The walk, for this kernel and for variants with another ending: `finish(row, rp, has, x, ss, aux)` gets each
+// row's x, its sums of squares over the row and the epilogue's aux values.
+template <class T, int W, int kGroup, int kRows, int K, class Ep, class Finish>
+__device__ __forceinline__ void walk_rows_pipelined(const RowInputs<T, K>& in, const Ep& ep, int64_t rows,
+                                                    int64_t dim, const Finish& finish) {
   static_assert(W % 2 == 0, "the wide path: even and odd columns");
   __shared__ uint4 ring[2][K][kGroup];  // [row % 2][tensor][thread]: one 16-byte vector each
   const int64_t first = linear_block_index() * kRows;
@@ -229,17 +231,26 @@ __global__ void __launch_bounds__(kGroup, 4)
 #pragma unroll
     for (int k = 0; k < K; ++k) ss[k] = sum_squares<1>(&x[k]);
     group_sum<kGroup, kGroup>(ss);
-    if (has) {
-      float v[K][W];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        const float inv_rms = inv_rms_of(ss[k], dim, eps);
-#pragma unroll
-        for (int i = 0; i < W; ++i) v[k][i] = x[k].f(i) * inv_rms;
-      }
-      ep.store(rp, 0, v, aux);
-    }
+    finish(row, rp, has, x, ss, aux);
   }
+}
+
+template <class T, int W, int kGroup, int kRows, int K, class Ep>
+__global__ void __launch_bounds__(kGroup, 4)
+    row_norm_pipelined_kernel(RowInputs<T, K> in, Ep ep, int64_t rows, int64_t dim, float eps) {
+  walk_rows_pipelined<T, W, kGroup, kRows, K>(
+      in, ep, rows, dim,
+      [&](int64_t, const auto& rp, bool has, const Vec<T, W>(&x)[K], const float(&ss)[K], const auto& aux) {
+        if (!has) return;
+        float v[K][W];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+          const float inv_rms = inv_rms_of(ss[k], dim, eps);
+#pragma unroll
+          for (int i = 0; i < W; ++i) v[k][i] = x[k].f(i) * inv_rms;
+        }
+        ep.store(rp, 0, v, aux);
+      });
 }
 
 template <class T, int W, int kGroup, int kRows, int K, class Ep>
