@@ -13,60 +13,31 @@ namespace qfold {
 using namespace detail;
 using Grid = QkNormRopeGridEpilogue<__nv_bfloat16, true>;
 
-// The grid op's pipelined row kernel (row_norm.cuh, 256 threads, 8 columns of q and of k each, kRows rows a
-// block with the next copied ahead) with another ending: k's output, and q's 1/rms instead of q's output.
+// The grid op's pipelined row kernel (row_norm.cuh's walk: 256 threads, 8 columns of q and of k each, kRows rows
+// a block with the next copied ahead) with another ending: k's output, and q's 1/rms instead of q's output.
 template <int kRows>
 __global__ void __launch_bounds__(256, 4) k_rope_q_rms_kernel(RowInputs<__nv_bfloat16, 2> in, Grid ep,
                                                              float* q_inv_rms, int64_t rows, int64_t dim, float eps) {
   using T = __nv_bfloat16;
-  constexpr int W = 8, kGroup = 256, K = 2;
-  __shared__ uint4 ring[2][K][kGroup];
-  const int64_t first = linear_block_index() * kRows;
-  if (first >= rows) return;
-  const int64_t col0 = int64_t(threadIdx.x) * W;
-  const bool has = col0 < dim;
-  const int64_t last = min(rows, first + kRows);
-  const auto fetch = [&](int64_t row) {
-    if (has && row < last) {
+  constexpr int W = 8;
+  walk_rows_pipelined<T, W, 256, kRows, 2>(
+      in, ep, rows, dim,
+      [&](int64_t row, const auto& rp, bool has, const Vec<T, W>(&x)[2], const float(&ss)[2], const auto& aux) {
+        if (threadIdx.x == 0) q_inv_rms[row] = inv_rms_of(ss[0], dim, eps);
+        if (!has) return;
+        // weight_rotate_store's k half, on the values the shipped ending computes
+        const float inv_rms = inv_rms_of(ss[1], dim, eps);
+        float v[W], n[W], r[W];
 #pragma unroll
-      for (int k = 0; k < K; ++k)
-        copy_async<T, W>(&ring[(row - first) % 2][k][threadIdx.x], in.x[k] + row * dim + col0);
-    }
-    async_commit();
-  };
-  fetch(first);
-#pragma unroll 1
-  for (int64_t row = first; row < last; ++row) {
-    fetch(row + 1);
-    async_wait<1>();
-    Vec<T, W> x[K];
+        for (int i = 0; i < W; ++i) v[i] = x[1].f(i) * inv_rms;
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      if (has)
-        x[k].load_ordered(reinterpret_cast<const T*>(&ring[(row - first) % 2][k][threadIdx.x]));
-      else
-        x[k].zero();
-    }
-    const auto rp = ep.row(row, col0);
-    typename Grid::template Aux<W> aux;
-    if (has) ep.load(rp, 0, aux);
-    float ss[K];
+        for (int i = 0; i < W; ++i) n[i] = v[i] * aux.w[1].f(i);
+        rotate_pairs(n, aux.cos, aux.sin, r);
+        Vec<T, W> y;
 #pragma unroll
-    for (int k = 0; k < K; ++k) ss[k] = sum_squares<1>(&x[k]);
-    group_sum<kGroup, kGroup>(ss);
-    if (threadIdx.x == 0) q_inv_rms[row] = inv_rms_of(ss[0], dim, eps);
-    if (has) {  // weight_rotate_store's k half
-      const float inv_rms = inv_rms_of(ss[1], dim, eps);
-      float n[W], r[W];
-#pragma unroll
-      for (int i = 0; i < W; ++i) n[i] = x[1].f(i) * inv_rms * aux.w[1].f(i);
-      rotate_pairs(n, aux.cos, aux.sin, r);
-      Vec<T, W> y;
-#pragma unroll
-      for (int i = 0; i < W; ++i) y.set(i, r[i]);
-      y.store(rp.out[1]);
-    }
-  }
+        for (int i = 0; i < W; ++i) y.set(i, r[i]);
+        y.store(rp.out[1]);
+      });
 }
 
 inline void k_rope_q_rms(void* k_out, float* q_inv_rms, const void* q, const void* k, const void* weight_q,
