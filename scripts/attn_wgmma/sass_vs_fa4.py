@@ -10,7 +10,6 @@ for each kernel's main loop (the backward branch around one tile's Q K^T and P V
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -127,5 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.chdir(HERE)
     main()
