@@ -11,6 +11,7 @@ Each folder is added to .git/info/exclude: it travels only in a call whose `carr
   fa4: call A carries .fa4a: mkdir -p /tmp/keep && cp -r .fa4a /tmp/keep/ && python3 -m pip install -q --no-index
        --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site /tmp/keep/.fa4a/*.whl
        call B carries .fa4b (and build/): cat /tmp/keep/.fa4a/part.aa .fa4b/part.ab | xz -d | tar x -C /tmp/site;
+       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fa4b/*.whl;
        export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD
 """
 
@@ -30,7 +31,10 @@ WHL = [
     "platformdirs", "click", "idna",
 ]  # fmt: skip
 FA4 = ["flash-attn-4==4.0.0b36", "nvidia-cutlass-dsl==4.8.1", "nvidia-cutlass-dsl-libs-base==4.8.1",
-       "quack-kernels", "apache-tvm-ffi", "torch-c-dlpack-ext"]  # fmt: skip
+       "nvidia-cutlass-dsl-libs-core==4.8.1", "quack-kernels", "apache-tvm-ffi", "torch-c-dlpack-ext",
+       "einops"]  # fmt: skip
+# what `hubkernels bench` itself needs beyond the image, for call B, which has no room left for .whl
+BENCH = ["pyelftools"]
 FA4_BIG = "nvidia-cutlass-dsl-libs-cu13==4.8.1"  # 92 MB: unpacked, tarred, split
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "linux_x86_64", "any"]  # fmt: skip
@@ -73,7 +77,7 @@ def stage_fa4() -> None:
     exclude(".fa4a", ".fa4b")
     a, b = ROOT / ".fa4a", ROOT / ".fa4b"
     download(FA4, a)
-    b.mkdir(exist_ok=True)
+    download([venv_version(n) for n in BENCH], b)
     with tempfile.TemporaryDirectory() as tmp:
         download([FA4_BIG], Path(tmp) / "dl")
         (wheel,) = (Path(tmp) / "dl").glob("*.whl")
