@@ -268,7 +268,7 @@ def one(variant: int, patch: str | None = None) -> dict:
         cos, l1 = quality(o[:, :n], ref)
         res["quality"].append([0, f"{n} tokens", cos, l1, bool(torch.isnan(o[:, :n]).any())])
         res["untouched_tail"] = bool(torch.isnan(o[:, n:]).all())
-    # 840 items on 132 SMs, a part-filled last key tile and query block: variant 10 splits its last 180 items
+    # 840 items on 132 SMs, a part-filled last key tile and query block (and a partial last wave)
     n, heads = 4000, 40
     q, k, v = (torch.randn(1, n, heads, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
     o = torch.full((1, n + 256, heads, D), float("nan"), device=dev, dtype=torch.bfloat16)

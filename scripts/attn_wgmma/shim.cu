@@ -4,26 +4,10 @@
 
 #include "attention.cuh"
 #include "int8.cuh"
-#include "streamk.cuh"
 
 namespace {
 
 using ltx_cuda_sm90::Schedule;
-
-// streamk.cuh's kernel with a workspace of its own (allocated once, at its largest)
-// (SPLIT false: every item whole, the same kernel; COMBINE false: timing only, split items' rows never stored)
-template <bool SPLIT = true, bool COMBINE = true>
-const char* launch_streamk(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
-                           int64_t heads, float scale, cudaStream_t stream, bool) {
-  static float* ws = nullptr;
-  static size_t bytes = 0;
-  if (!ws) {
-    bytes = ltx_cuda_sm90::sk_workspace_bytes(ltx_cuda_sm90::sm_count(), 3);
-    if (cudaMalloc(&ws, bytes) != cudaSuccess) return "cudaMalloc of the stream-K workspace failed";
-  }
-  return ltx_cuda_sm90::launch_attention_sk<3, 128, 3>(out, q, k, v, batch, tokens, heads, scale, stream, ws, bytes,
-                                                       SPLIT, COMBINE);
-}
 
 struct Variant {
   const char* name;
@@ -43,9 +27,6 @@ const Variant kVariants[] = {
     {"2wg bn128 st2 overlap ordered", ltx_cuda_sm90::launch_attention<2, 128, 2, Schedule::kOverlapOrdered>},
     {"3wg bn128 st4 overlap ordered", ltx_cuda_sm90::launch_attention<3, 128, 4, Schedule::kOverlapOrdered>},
     {"shipped, every item whole", ltx_cuda_sm90::launch_attention<3, 128, 3, Schedule::kOverlapOrdered>, false},
-    {"shipped, stream-K last round (streamk.cuh)", launch_streamk<>},
-    {"streamk.cuh's kernel, every item whole", launch_streamk<false>},
-    {"streamk.cuh, no combine (timing only)", launch_streamk<true, false>},
 };
 
 }  // namespace
