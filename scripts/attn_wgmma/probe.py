@@ -127,6 +127,35 @@ PATCHES = {
             '"mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1, 10000000;\\n"',
         )
     ],
+    # the loop unrolled by the ring's depth, so each tile's stage is a constant and its phase a parity per round:
+    # no division of the tile count between the turn barrier and the wgmma issue
+    "unroll-stages": [
+        (
+            """      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
+            """      for (int j0 = 1, round = 0; j0 < n_tiles; j0 += STAGES, ++round) {
+#pragma unroll
+       for (int u = 0; u < STAGES; ++u) {
+        const int j = j0 + u;
+        if (j >= n_tiles) break;
+        const int s = (1 + u) % STAGES, sv = u;
+        mbar_wait(&sm.k_full[s], (round + (1 + u) / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], round & 1);""",
+        ),
+        (
+            """        rescale(o, alpha);
+        to_p<BN>(p, sc);
+      }
+      const int sv = (n_tiles - 1) % STAGES;""",
+            """        rescale(o, alpha);
+        to_p<BN>(p, sc);
+       }
+      }
+      const int sv = (n_tiles - 1) % STAGES;""",
+        ),
+    ],
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
