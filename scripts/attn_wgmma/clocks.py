@@ -1,6 +1,8 @@
 """The SM clock right after the work (on the GPU machine): ltx-kernels' attention, flash-attn-4 (where installed)
 and cuDNN at the 2B shape, in bursts after an idle sleep and back to back, each followed by clocks.cu's kernel,
-which spins 100,000 cycles on every SM and reads %clock64 against %globaltimer.
+which spins 100,000 cycles on every SM and reads %clock64 against %globaltimer. Then each for a sustained second
+while nvidia-smi samples the board's power and clock every 20 ms: the energy a call takes, which decides the
+clock a power-limited GPU holds.
 
 python scripts/attn_wgmma/clocks.py   (builds the probe's shim and clocks.cu with nvcc first)
 """
@@ -10,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import probe  # the shim's build, its launcher and the inputs
@@ -35,6 +39,44 @@ def clock_reader():  # type: ignore[no-untyped-def]
         return float((b[:, 0] / b[:, 1]).median() * 1e3)
 
     return mhz
+
+
+def sustained(fn, sets, seconds: float = 1.0) -> str:  # type: ignore[no-untyped-def]
+    """Back-to-back calls for about `seconds`, with nvidia-smi sampling power and SM clock meanwhile: the time a
+    call takes, the mean power and clock over the calls' window, and the energy per call."""
+    query = "--query-gpu=timestamp,power.draw.instant,clocks.sm"
+    smi = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", "20"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    time.sleep(0.5)  # nvidia-smi's own start
+    calls, t0 = 0, time.time()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    while time.time() - t0 < seconds:
+        for i in range(20):
+            fn(*sets[i % 3])
+        calls += 20
+        torch.cuda.synchronize()
+    end.record()
+    torch.cuda.synchronize()
+    t1 = time.time()
+    smi.terminate()
+    out = smi.communicate()[0]
+    watts, clocks = [], []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            at = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            w, f = float(parts[1]), float(parts[2])
+        except (ValueError, IndexError):
+            continue
+        if t0 <= at <= t1:
+            watts.append(w)
+            clocks.append(f)
+    us = start.elapsed_time(end) * 1e3 / calls
+    if not watts:
+        return f"{us:.1f} us/call; no power samples ({out.strip()[-200:]!r})"
+    w, f = sum(watts) / len(watts), sum(clocks) / len(clocks)
+    return f"{us:.1f} us/call, {w:.0f} W, {f:.0f} MHz, {w * us * 1e-6:.3f} J/call ({len(watts)} samples)"
 
 
 def main() -> int:
@@ -73,6 +115,7 @@ def main() -> int:
                 print(rnd, name, f"burst {burst}: {us:.1f} us/call, then {clock:.0f} MHz", flush=True)
             ms = triton.testing.do_bench(lambda: fn(*sets[0]), warmup=20, rep=300, return_mode="median")
             print(rnd, name, f"do_bench {ms * 1e3:.1f} us, then {mhz():.0f} MHz", flush=True)
+            print(rnd, name, "sustained 1 s:", sustained(fn, sets), flush=True)
     return 0
 
 
