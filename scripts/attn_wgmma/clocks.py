@@ -1,8 +1,9 @@
 """The SM clock right after the work (on the GPU machine): ltx-kernels' attention, flash-attn-4 (where installed)
-and cuDNN at the 2B shape, in bursts after an idle sleep and back to back, each followed by clocks.cu's kernel,
-which spins 100,000 cycles on every SM and reads %clock64 against %globaltimer. Then each for a sustained second
-while nvidia-smi samples the board's power and clock every 20 ms: the energy a call takes, which decides the
-clock a power-limited GPU holds.
+and cuDNN at the 2B shape. First each as `hubkernels bench` times it (its warm-up and timing loop; the shipped
+op from build/ where a CUDA variant is there), in the bench's order and the reverse, while nvidia-smi samples the
+board's power and SM clock every 20 ms. Then in bursts after an idle sleep and back to back, each followed by
+clocks.cu's kernel, which spins 100,000 cycles on every SM and reads %clock64 against %globaltimer; and each for a
+sustained second under nvidia-smi: the energy a call takes, which decides the clock a power-limited GPU holds.
 
 python scripts/attn_wgmma/clocks.py   (builds the probe's shim and clocks.cu with nvcc first)
 """
@@ -13,7 +14,6 @@ import ctypes
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import probe  # the shim's build, its launcher and the inputs
@@ -42,41 +42,55 @@ def clock_reader():  # type: ignore[no-untyped-def]
 
 
 def sustained(fn, sets, seconds: float = 1.0) -> str:  # type: ignore[no-untyped-def]
-    """Back-to-back calls for about `seconds`, with nvidia-smi sampling power and SM clock meanwhile: the time a
-    call takes, the mean power and clock over the calls' window, and the energy per call."""
-    query = "--query-gpu=timestamp,power.draw.instant,clocks.sm"
-    smi = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", "20"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    time.sleep(0.5)  # nvidia-smi's own start
-    calls, t0 = 0, time.time()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    while time.time() - t0 < seconds:
-        for i in range(20):
-            fn(*sets[i % 3])
-        calls += 20
+    """Back-to-back calls for about `seconds`: the time a call takes, the mean power and clock over the calls'
+    window, and the energy per call."""
+
+    def run():  # type: ignore[no-untyped-def]
+        calls, t0 = 0, time.time()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        while time.time() - t0 < seconds:
+            for i in range(20):
+                fn(*sets[i % 3])
+            calls += 20
+            torch.cuda.synchronize()
+        end.record()
         torch.cuda.synchronize()
-    end.record()
-    torch.cuda.synchronize()
-    t1 = time.time()
-    smi.terminate()
-    out = smi.communicate()[0]
-    watts, clocks = [], []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        try:
-            at = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-            w, f = float(parts[1]), float(parts[2])
-        except (ValueError, IndexError):
-            continue
-        if t0 <= at <= t1:
-            watts.append(w)
-            clocks.append(f)
-    us = start.elapsed_time(end) * 1e3 / calls
-    if not watts:
-        return f"{us:.1f} us/call; no power samples ({out.strip()[-200:]!r})"
-    w, f = sum(watts) / len(watts), sum(clocks) / len(clocks)
-    return f"{us:.1f} us/call, {w:.0f} W, {f:.0f} MHz, {w * us * 1e-6:.3f} J/call ({len(watts)} samples)"
+        return start.elapsed_time(end) * 1e3 / calls
+
+    us, w, f = probe.sampled(run)
+    if w is None:
+        return f"{us:.1f} us/call; no power samples"
+    return f"{us:.1f} us/call, {w:.0f} W, {f:.0f} MHz, {w * us * 1e-6:.3f} J/call"
+
+
+def bench_style(fn, sets) -> str:  # type: ignore[no-untyped-def]
+    """As `hubkernels bench` times a candidate (its own warm-up and timing loop): the median, and the mean
+    power and clock while its 50 samples ran."""
+    from hubkernels.author.bench import time_calls, warm_up_device
+
+    dev = torch.device("cuda")
+    warm_up_device(dev)
+    times, w, f = probe.sampled(lambda: sorted(time_calls(fn, sets, dev, warmup=10, iters=50)))
+    us = times[len(times) // 2]
+    if w is None:
+        return f"{us:.1f} us/call; no power samples"
+    return f"{us:.1f} us/call, {w:.0f} W, {f:.0f} MHz"
+
+
+def shipped_op():  # type: ignore[no-untyped-def]
+    """The built package's attention op (build/*-cu130-*, as `hubkernels build` left it), or None."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2] / "build"
+    for variant in sorted(root.glob("torch-stable-abi*-cu1*-x86_64-linux")):
+        init = variant / "__init__.py"
+        spec = importlib.util.spec_from_file_location("ltx_kernels", init, submodule_search_locations=[str(variant)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["ltx_kernels"] = module
+        spec.loader.exec_module(module)
+        return module.attention
+    return None
 
 
 def main() -> int:
@@ -89,6 +103,9 @@ def main() -> int:
     o = torch.empty_like(sets[0][0])
     ours, _ = probe.attention(0)
     impls = {"ours": lambda q, k, v: ours(q, k, v, o)}
+    op = shipped_op()
+    if op is not None:  # the bench's own candidate: the built op, a fresh output each call
+        impls["op"] = op
     try:
         from flash_attn.cute import flash_attn_func
 
@@ -101,6 +118,11 @@ def main() -> int:
             fn(*sets[i % 3])
     torch.cuda.synchronize()
     print("idle", f"{mhz():.0f} MHz")
+    # the bench's order (ours, its eager peer, flash-attn-4), then the reverse
+    order = [n for n in ("op", "cudnn", "fa4", "ours") if n in impls]
+    for names in (order, order[::-1]):
+        for name in names:
+            print("bench-style", name, bench_style(impls[name], sets), flush=True)
     for rnd in range(2):
         for name, fn in impls.items():
             for burst in (10, 50):

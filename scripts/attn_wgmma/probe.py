@@ -6,7 +6,8 @@ A variant is a configuration's number, a number and a patch name, or "int8" / "i
 none (the 8-bit draft, int8.cuh, in the serial schedule or in the shipped kernel's overlapped one).
 Each variant runs in its own process with a time limit, so a hang costs seconds, not the lease.
 Prints a table, each time twice: do_bench's back-to-back launches, and bench-style as `hubkernels bench` times
-(bursts after an idle sleep, inputs rotated past the L2); writes $OUT/attn_wgmma_probe.json.
+(bursts after an idle sleep, inputs rotated past the L2) with the board's mean power and SM clock meanwhile
+(nvidia-smi); writes $OUT/attn_wgmma_probe.json.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -237,6 +239,40 @@ def sdpa(torch, q, k, v, backend):
 quality = ltx_reference.errors  # (cosine similarity, relative L1) against a reference
 
 
+def sampled(run):  # type: ignore[no-untyped-def]
+    """run() with nvidia-smi sampling the board's power and SM clock every 20 ms meanwhile: run()'s result and
+    the mean watts and MHz over run()'s window (None where no sample fell in it)."""
+    import torch
+
+    query = "--query-gpu=timestamp,power.draw.instant,clocks.sm"
+    smi = subprocess.Popen(["nvidia-smi", query, "--format=csv,noheader,nounits", "-lms", "20"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    time.sleep(0.5)  # nvidia-smi's own start
+    t0 = time.time()
+    result = run()
+    torch.cuda.synchronize()
+    t1 = time.time()
+    smi.terminate()
+    watts, clocks = [], []
+    for line in smi.communicate()[0].splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            at = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            w, f = float(parts[1]), float(parts[2])
+        except (ValueError, IndexError):
+            continue
+        if t0 <= at <= t1:
+            watts.append(w)
+            clocks.append(f)
+    if not watts:
+        return result, None, None
+    return result, sum(watts) / len(watts), sum(clocks) / len(clocks)
+
+
+def power(watts: float | None, mhz: float | None) -> str:
+    return "" if watts is None or mhz is None else f", {watts:.0f} W, {mhz:.0f} MHz"
+
+
 def bench_style(torch, fn) -> float:
     """The median per-call time in µs as `hubkernels bench` takes it (bursts of 10 calls after a device-side sleep,
     over three input sets that together outgrow the L2), beside do_bench's back-to-back launches."""
@@ -311,7 +347,7 @@ def one(variant: int, patch: str | None = None) -> dict:
     q, k, v = sets(torch, dev, 3)["gaussian"]
     o = torch.empty_like(q)
     res["ms"] = triton.testing.do_bench(lambda: run(q, k, v, o), warmup=50, rep=300, return_mode="median")
-    res["bench_us"] = bench_style(torch, lambda q, k, v: run(q, k, v, o))
+    res["bench_us"], res["bench_watts"], res["bench_mhz"] = sampled(lambda: bench_style(torch, lambda *a: run(*a, o)))
     return res
 
 
@@ -410,7 +446,8 @@ def main(argv: list[str]) -> int:
         worst = min(x[2] for x in res["quality"])
         print(
             f"{var} {res['name']:26} {res['ms'] * 1e3:8.1f} us {FLOPS / res['ms'] / 1e9:6.1f} TFLOP/s "
-            f"(bench-style {res.get('bench_us', float('nan')):7.1f} us) "
+            f"(bench-style {res.get('bench_us', float('nan')):7.1f} us"
+            f"{power(res.get('bench_watts'), res.get('bench_mhz'))}) "
             f"worst cos {worst:.6f} gate {'pass' if res['gate'] else 'FAIL'} ({time.time() - start:.0f} s)",
             flush=True,
         )
@@ -424,10 +461,12 @@ def main(argv: list[str]) -> int:
     for name, (q_, k_, v_) in s.items():
         ref = sdpa(torch, q_.float(), k_.float(), v_.float(), SDPBackend.EFFICIENT_ATTENTION)
         out["cudnn_quality"].append([name, *quality(sdpa(torch, q_, k_, v_, SDPBackend.CUDNN_ATTENTION), ref)])
-    out["cudnn_bench_us"] = bench_style(torch, lambda q, k, v: sdpa(torch, q, k, v, SDPBackend.CUDNN_ATTENTION))
+    out["cudnn_bench_us"], out["cudnn_watts"], out["cudnn_mhz"] = sampled(
+        lambda: bench_style(torch, lambda q, k, v: sdpa(torch, q, k, v, SDPBackend.CUDNN_ATTENTION))
+    )
     print(
         f"{'cudnn bf16':28} {out['cudnn_ms'] * 1e3:8.1f} us {FLOPS / out['cudnn_ms'] / 1e9:6.1f} TFLOP/s "
-        f"(bench-style {out['cudnn_bench_us']:7.1f} us)"
+        f"(bench-style {out['cudnn_bench_us']:7.1f} us{power(out['cudnn_watts'], out['cudnn_mhz'])})"
     )
     for row in out["cudnn_quality"]:
         print("cudnn", row)
@@ -443,10 +482,10 @@ def main(argv: list[str]) -> int:
         for name, (q_, k_, v_) in s.items():
             ref = sdpa(torch, q_.float(), k_.float(), v_.float(), SDPBackend.EFFICIENT_ATTENTION)
             out["fa4_quality"].append([name, *quality(fa4(q_, k_, v_), ref)])
-        out["fa4_bench_us"] = bench_style(torch, fa4)
+        out["fa4_bench_us"], out["fa4_watts"], out["fa4_mhz"] = sampled(lambda: bench_style(torch, fa4))
         print(
             f"{'flash-attn-4 bf16':28} {out['fa4_ms'] * 1e3:8.1f} us {FLOPS / out['fa4_ms'] / 1e9:6.1f} TFLOP/s "
-            f"(bench-style {out['fa4_bench_us']:7.1f} us)"
+            f"(bench-style {out['fa4_bench_us']:7.1f} us{power(out['fa4_watts'], out['fa4_mhz'])})"
         )
         for row in out["fa4_quality"]:
             print("flash-attn-4", row)
