@@ -2,7 +2,8 @@
 configurations, with cuDNN in the same run.
 
 python scripts/attn_wgmma/probe.py [variant ...]   (on the GPU machine; compiles shim.cu with nvcc first)
-A variant is a configuration's number, a number and a patch name, or "int8" / "int8-overlap" with a patch name or
+A variant is a configuration's number, a number and a patch name (or names joined by "+": all of them, in that
+order), or "int8" / "int8-overlap" with a patch name or
 none (the 8-bit draft, int8.cuh, in the serial schedule or in the shipped kernel's overlapped one).
 Each variant runs in its own process with a time limit, so a hang costs seconds, not the lease.
 Prints a table, each time twice: do_bench's back-to-back launches, and bench-style as `hubkernels bench` times
@@ -67,6 +68,117 @@ SUM4 = [
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));""",
     )
+]
+# the loop rotated so that tile j's wait for P V(j - 1), O's rescale and P's packing open iteration j + 1: ptxas
+# hoists that wait to the top of its basic block, which in the shipped loop is tile j's softmax (its SASS: the
+# wait right after the first max instruction), so the softmax did not run under P V
+LATE_WAIT = [
+    (
+        """      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);""",
+        """      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        if (j > 1) {
+          wgmma_wait<0>();
+          pin(o);
+          release(&sm.empty[(j - 2) % STAGES]);
+          rescale(o, alpha);
+          to_p<BN>(p, sc);
+        }
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);""",
+    ),
+    (
+        """        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
+      }""",
+        """        scores.template softmax<BN>(sc, m, l, alpha, rows);
+      }
+      if (n_tiles > 1) {
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[(n_tiles - 2) % STAGES]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
+      }""",
+    ),
+]
+# P through shared memory (FA3's choice at head dim 64): each consumer stores its P tile with stmatrix into its
+# own 128-byte-swizzled buffer and P V reads both operands from shared memory, so no registers of the softmax
+# are tied up by the P V in flight (with P in registers ptxas runs out of them if the softmax is to run under P V)
+P_SMEM = [
+    (
+        "  alignas(1024) uint8_t v[STAGES][BN * kRowBytes];",
+        "  alignas(1024) uint8_t v[STAGES][BN * kRowBytes];\n  alignas(1024) uint8_t p[BM / 64][64 * BN * 2];",
+    ),
+    (
+        "// Scores of tokens at or past",
+        """// O[64 x 64] += P[64 x BN] V[BN x 64], P from shared memory (64-column blocks of 8 KB, 128-byte swizzle)
+template <int BN>
+__device__ __forceinline__ void pv_ss(float (&o)[32], uint32_t p_addr, uint32_t v_addr) {
+  const Desc<128> pd(p_addr);
+  const Desc<kRowBytes> v(v_addr);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    const uint64_t da = pd.at((kk / 4) * 8192 + (kk % 4) * 32), db = v.at(kk * 16 * kRowBytes);
+    asm volatile(
+        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %34, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, "
+        "%33, p, 1, 1, 0, 1;\\n}\\n"
+        : "+f"(o[0]), "+f"(o[1]), "+f"(o[2]), "+f"(o[3]), "+f"(o[4]), "+f"(o[5]), "+f"(o[6]), "+f"(o[7]),
+          "+f"(o[8]), "+f"(o[9]), "+f"(o[10]), "+f"(o[11]), "+f"(o[12]), "+f"(o[13]), "+f"(o[14]), "+f"(o[15]),
+          "+f"(o[16]), "+f"(o[17]), "+f"(o[18]), "+f"(o[19]), "+f"(o[20]), "+f"(o[21]), "+f"(o[22]), "+f"(o[23]),
+          "+f"(o[24]), "+f"(o[25]), "+f"(o[26]), "+f"(o[27]), "+f"(o[28]), "+f"(o[29]), "+f"(o[30]), "+f"(o[31])
+        : "l"(da), "l"(db), "r"(1));
+  }
+}
+
+// This warp's P fragments into the swizzled P buffer: one stmatrix x4 per 16 columns; `lane_addr` is the row
+// address this lane gives (rows of the four 8x8 matrices), chunk bits already swizzled for columns 0..7.
+template <int BN>
+__device__ __forceinline__ void store_p(const uint32_t (&p)[BN / 16][4], uint32_t lane_addr) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                     (lane_addr ^ (((2 * kk) & 7) << 4)) + (kk / 4) * 8192),
+                 "r"(p[kk][0]), "r"(p[kk][1]), "r"(p[kk][2]), "r"(p[kk][3])
+                 : "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncwarp();
+}
+
+// Scores of tokens at or past""",
+    ),
+    (
+        "    uint32_t p[BN / 16][4];",
+        """    uint32_t p[BN / 16][4];
+    const uint32_t p_addr = smem_addr(sm.p[w]);
+    const int k8 = lane / 8, r8 = lane % 8;
+    const uint32_t p_lane = p_addr + ((t / 32) * 16 + (k8 & 1) * 8 + r8) * 128 + (((k8 >> 1) ^ r8) << 4);""",
+    ),
+    (
+        """      scores.template softmax<BN>(sc, m, l, alpha, rows);
+      to_p<BN>(p, sc);""",
+        """      scores.template softmax<BN>(sc, m, l, alpha, rows);
+      to_p<BN>(p, sc);
+      store_p<BN>(p, p_lane);""",
+    ),
+    ("        pv<BN>(o, p, smem_addr(sm.v[sv]));", "        pv_ss<BN>(o, p_addr, smem_addr(sm.v[sv]));"),
+    (
+        """        rescale(o, alpha);
+        to_p<BN>(p, sc);
+      }""",
+        """        rescale(o, alpha);
+        to_p<BN>(p, sc);
+        store_p<BN>(p, p_lane);
+      }""",
+    ),
+    ("      pv<BN>(o, p, smem_addr(sm.v[sv]));", "      pv_ss<BN>(o, p_addr, smem_addr(sm.v[sv]));"),
 ]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
@@ -158,6 +270,170 @@ PATCHES = {
       const int sv = (n_tiles - 1) % STAGES;""",
         ),
     ],
+    "late-wait": LATE_WAIT,
+    "p-smem": P_SMEM,
+    # both: P through shared memory and the rotated loop, so the softmax can run under P V without registers to spare
+    "p-smem-late": [
+        *[(old, new) for old, new in P_SMEM if "rescale" not in old],
+        *[
+            (old, new.replace("to_p<BN>(p, sc);", "to_p<BN>(p, sc);\n        store_p<BN>(p, p_lane);"))
+            for old, new in LATE_WAIT
+        ],
+    ],
+    # K(j) released after the last tile's mask, in the softmax's basic block (flash-attn-4's SASS has that release
+    # and the P V wait after the first exponentials; ptxas keeps the two in order)
+    "k-release-late": [
+        (
+            """        release(&sm.k_empty[s]);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);""",
+            """        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        release(&sm.k_empty[s]);""",
+        )
+    ],
+    # or after the softmax, just before the P V wait
+    "k-release-end": [
+        (
+            """        release(&sm.k_empty[s]);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        scores.template softmax<BN>(sc, m, l, alpha, rows);""",
+            """        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        release(&sm.k_empty[s]);""",
+        )
+    ],
+    # P V(j - 1) in two commit groups of half the keys each: P's first half can be repacked once the first group is
+    # done while the second still runs (ptxas places the P V wait before the first repacking instruction, and it
+    # interleaves the repacking with the exponentials)
+    "pv-halves": [
+        (
+            "// Scores of tokens at or past",
+            """template <int BN, int H>
+__device__ __forceinline__ void pv_half(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
+  const Desc<kRowBytes> v(v_addr);
+#pragma unroll
+  for (int kk = H * BN / 32; kk < (H + 1) * BN / 32; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
+}
+
+template <int BN, int H>
+__device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
+#pragma unroll
+  for (int kk = H * BN / 32; kk < (H + 1) * BN / 32; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+// Scores of tokens at or past""",
+        ),
+        (
+            """        pv<BN>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(!(last && j == n_tiles - 1), next);
+        wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run""",
+            """        pv_half<BN, 0>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        pv_half<BN, 1>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(!(last && j == n_tiles - 1), next);
+        wgmma_wait<2>();""",
+        ),
+        (
+            """        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);""",
+            """        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<1>();
+        to_p_half<BN, 0>(p, sc);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p_half<BN, 1>(p, sc);""",
+        ),
+    ],
+    # the consumers' barrier arrivals predicated in one instruction instead of a branch around them, and K(j)'s after
+    # the mask: no basic block ends between Q K^T(j)'s wait and the softmax, so ptxas can place the P V wait
+    # within the softmax (as in flash-attn-4's SASS) rather than at the top of its block
+    "arrive-pred": [
+        (
+            """        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+      };""",
+            """        __syncwarp();
+        asm volatile("{\\n.reg .pred p;\\nsetp.eq.u32 p, %1, 0;\\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\\n}"
+                     ::"r"(smem_addr(bar)), "r"(lane) : "memory");
+      };""",
+        ),
+        (
+            """        release(&sm.k_empty[s]);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);""",
+            """        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        release(&sm.k_empty[s]);""",
+        ),
+    ],
+    # the row maximum in two chains per row (four in all, as flash-attn-4's SASS has it) instead of one
+    "max2": [
+        (
+            """  float mx[2] = {-INFINITY, -INFINITY}, c[2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);""",
+            """  float mx2[2][2], mx[2], c[2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) mx2[(i >> 1) & 1][i & 1] = i < 4 ? s[i] : fmaxf(mx2[(i >> 1) & 1][i & 1], s[i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx2[h][0], mx2[h][1]);""",
+        )
+    ],
+    # flash-attn-4's epilogue: each consumer writes its O rows into its own (now idle) rows of the Q tile, in the
+    # 128-byte swizzle, and one thread stores them with one bulk tensor copy: whole 32-byte sectors, where the
+    # direct stores fill half of each (Nsight Compute: 74.7 MB reach the L2 for a 50.3 MB output)
+    "o-smem": [
+        (
+            "const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out,",
+            "const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,\n"
+            "                     __nv_bfloat16* __restrict__ out,",
+        ),
+        ("  CUtensorMap tq, tk, tv;", "  CUtensorMap tq, tk, tv, to;"),
+        (
+            "      !make_map(&tv, v, batch, tokens, heads, BN))",
+            "      !make_map(&tv, v, batch, tokens, heads, BN) || !make_map(&to, out, batch, tokens, heads, 64))",
+        ),
+        ("tq, tk, tv, static_cast<__nv_bfloat16*>(out),", "tq, tk, tv, to, static_cast<__nv_bfloat16*>(out),"),
+        (
+            """#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = row0 + 8 * hh;
+      if (row >= tokens) continue;""",
+            """if constexpr (QK_ROW == kRowBytes) {
+      uint8_t* tile = sm.q + w * 64 * QK_ROW;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = (t / 32) * 16 + lane / 4 + 8 * hh;
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+          *reinterpret_cast<__nv_bfloat162*>(tile + r * kRowBytes + ((c ^ (r & 7)) << 4) + 4 * (lane % 4)) =
+              __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
+      }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      bar_sync(8 + w, 128);
+      if (t == 0) {
+        asm volatile(
+            "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                reinterpret_cast<uint64_t>(&to)),
+            "r"(smem_addr(tile)), "r"(0), "r"(h), "r"(m0 + w * 64), "r"(b)
+            : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      }
+    } else
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = row0 + 8 * hh;
+      if (row >= tokens) continue;""",
+        ),
+    ],
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
@@ -185,9 +461,8 @@ def build(patches: set[str]) -> str:
     """Compiles the shim against the kernel and against each patched copy named in `patches` (the kernel's own
     build is skipped where ATTN_PREBUILT names an existing shim library, built elsewhere with the same nvcc)."""
     builds = [] if os.environ.get("ATTN_PREBUILT") and SO.exists() else [(KERNEL, SO)]
-    for name, patch in PATCHES.items():
-        if name not in patches:
-            continue
+    for name in sorted(patches):
+        patch = [edit for part in name.split("+") for edit in PATCHES[part]]  # "a+b": both patches, in that order
         out = PATCHED / name
         out.mkdir(parents=True, exist_ok=True)
         for f in KERNEL.iterdir():
@@ -422,7 +697,7 @@ def main(argv: list[str]) -> int:
     from torch.nn.attention import SDPBackend
 
     variants = [str(a) for a in argv] or [*map(str, range(4)), *(f"0 {p}" for p in PATCHES), *INT8_SCHEDULES]
-    log = build({w for var in variants for w in var.split() if w in PATCHES})
+    log = build({w for var in variants for w in var.split() if all(part in PATCHES for part in w.split("+"))})
     regs = [ln.strip() for ln in log.splitlines() if "Used" in ln or "spill" in ln]
     print(torch.__version__, torch.cuda.get_device_name(), flush=True)
     out: dict = {"ptxas": regs, "variants": [], "errors": {}}
