@@ -6,9 +6,9 @@
 // copy engine (128-byte swizzle, which is the wgmma operand layout). Warpgroups 1..NWG consume 64 queries each:
 // S = Q K^T by wgmma from shared memory, online softmax in registers (exp2 domain), O += P V by wgmma with P in
 // registers and V read transposed. How a consumer orders that work is the kernel's Schedule (below): the
-// shipped one keeps Q K^T(j) and P V(j - 1) in flight under tile j's softmax, and the consumers take turns to
-// issue them.
-// Out-of-range tokens of the last tiles arrive as zeros; their scores are masked and their rows not stored.
+// shipped one issues Q K^T(j) and P V(j - 1) together, and the consumers take turns to issue them.
+// Each consumer stages its normalised O rows in its own rows of the Q tile and stores them with one bulk tensor
+// copy. Out-of-range tokens of the last tiles arrive as zeros; their scores are masked and their rows not stored.
 // How a tile's scores come to be is the kernel's Scores policy: Bf16Scores here (bf16 q and k, bf16 wgmma);
 // the probe's 8-bit draft (scripts/attn_wgmma/int8.cuh) plugs INT8 q and k into the same pipeline.
 // attention.cu instantiates the shipped configuration; the probe in scripts/attn_wgmma times others.
@@ -230,6 +230,34 @@ struct Bf16Scores : NoFold {
   }
 };
 
+// One consumer's 64 output rows (O * inv, bf16) through `tile`, its own rows of the Q tile (idle once its last
+// Q K^T is done): written in the 128-byte swizzle (16-byte chunk c of row r at chunk c ^ (r % 8), no bank
+// conflicts), then stored by one thread with one bulk tensor copy, which writes whole 32-byte sectors (the
+// accumulator layout's direct 4-byte stores fill half of each) and drops the rows past the tensor's end.
+__device__ __forceinline__ void store_o_bulk(const float (&o)[32], const float (&inv)[2], uint8_t* tile,
+                                             const CUtensorMap* map, int b, int h, int m, int t, int w) {
+  const int lane = t % 32;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = (t / 32) * 16 + lane / 4 + 8 * hh;
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+      *reinterpret_cast<__nv_bfloat162*>(tile + r * kRowBytes + ((c ^ (r & 7)) << 4) + 4 * (lane % 4)) =
+          __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic-proxy writes, read by the copy engine
+  bar_sync(8 + w, 128);                                           // the warpgroup's rows, all written
+  if (t == 0) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(smem_addr(tile)), "r"(0), "r"(h), "r"(m), "r"(b)
+        : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the tile is read before the CTA exits
+  }
+}
+
 template <int BM, int BN, int STAGES, int QK_ROW>
 struct Smem {
   alignas(1024) uint8_t q[BM * QK_ROW];
@@ -244,8 +272,10 @@ struct Smem {
 
 // How a consumer orders its work on one K/V tile j.
 //   kSerial: S = Q K^T(j), softmax, O += P V(j), each waited for; the consumers interleave on the SM.
-//   kOverlap: Q K^T(j) and P V(j - 1) in flight together, j's softmax under P V (FA3's intra-warpgroup
-//     overlap); K(j) is released as soon as its scores exist, V(j - 1) once P V is done.
+//   kOverlap: Q K^T(j) and P V(j - 1) in flight together (FA3's intra-warpgroup overlap); K(j) is released as
+//     soon as its scores exist, V(j - 1) once P V is done. The source waits for P V after j's softmax; ptxas
+//     (13.0) moves that wait up to the softmax's first instructions, and a loop that keeps it after the softmax
+//     runs out of registers (S, O and P all live): P V runs under the other consumers' work (BENCHMARKS.md §8).
 //   kOverlapOrdered: kOverlap, with the consumers taking turns to issue their wgmmas (named barriers 1..NWG,
 //     FA3's warp scheduler barrier), so their softmaxes stay staggered.
 enum class Schedule { kSerial, kOverlap, kOverlapOrdered };
@@ -273,8 +303,9 @@ __host__ __device__ constexpr int consumer_registers() {
 template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED>
 __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-                     const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out, int tokens,
-                     int heads, const Tiling tiling, const Scores scores) {
+                     const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,
+                     __nv_bfloat16* __restrict__ out, int tokens, int heads, const Tiling tiling,
+                     const Scores scores) {
   static_assert(NWG == 2 || NWG == 3, "two or three consumer warpgroups");
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
   using Sm = Smem<BM, BN, STAGES, QK_ROW>;
@@ -433,7 +464,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       pin(o);
     }
 
-    // finish the row sums across the quad, normalise, store bf16 pairs of the rows that exist
+    // finish the row sums across the quad, normalise, store bf16
     float inv[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -442,15 +473,20 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       x += __shfl_xor_sync(0xffffffffu, x, 2);
       inv[hh] = 1.f / x;
     }
+    if constexpr (QK_ROW == kRowBytes) {
+      store_o_bulk(o, inv, sm.q + w * 64 * QK_ROW, &to, b, h, m0 + w * 64, t, w);
+    } else {  // q rows narrower than O's (the probe's INT8 draft): no room to stage O, so stored directly
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int row = row0 + 8 * hh;
-      if (row >= tokens) continue;
-      __nv_bfloat16* dst = out + ((static_cast<size_t>(b) * tokens + row) * heads + h) * kHeadDim + 2 * (lane % 4);
+      for (int hh = 0; hh < 2; ++hh) {
+        const int row = row0 + 8 * hh;
+        if (row >= tokens) continue;
+        __nv_bfloat16* dst =
+            out + ((static_cast<size_t>(b) * tokens + row) * heads + h) * kHeadDim + 2 * (lane % 4);
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
-        *reinterpret_cast<__nv_bfloat162*>(dst + 8 * c) =
-            __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
+        for (int c = 0; c < 8; ++c)
+          *reinterpret_cast<__nv_bfloat162*>(dst + 8 * c) =
+              __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
+      }
     }
   }
 }
@@ -505,10 +541,10 @@ template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED = Schedule::
 const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, int64_t batch,
                         int64_t tokens, int64_t heads, cudaStream_t stream, bool balance = true) {
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
-  CUtensorMap tq, tk, tv;
+  CUtensorMap tq, tk, tv, to;  // to: the output, 64 rows a box (one consumer's)
   if (!make_map(&tq, q, batch, tokens, heads, BM, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||
       !make_map(&tk, k, batch, tokens, heads, BN, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||
-      !make_map(&tv, v, batch, tokens, heads, BN))
+      !make_map(&tv, v, batch, tokens, heads, BN) || !make_map(&to, out, batch, tokens, heads, 64))
     return "the CUDA driver refused the tensor maps (cuTensorMapEncodeTiled); a driver for CUDA 12 or later is "
            "needed";
   auto kernel = attention_kernel<Scores, NWG, BN, STAGES, SCHED>;
@@ -517,7 +553,8 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
     return "could not raise the kernel's shared-memory limit on this device";
   const Tiling tiling = make_tiling(batch, tokens, heads, NWG, sm_count(), balance);
   kernel<<<static_cast<unsigned>(tiling.ctas), 128 * (NWG + 1), smem, stream>>>(
-      tq, tk, tv, static_cast<__nv_bfloat16*>(out), static_cast<int>(tokens), static_cast<int>(heads), tiling, scores);
+      tq, tk, tv, to, static_cast<__nv_bfloat16*>(out), static_cast<int>(tokens), static_cast<int>(heads), tiling,
+      scores);
   return nullptr;
 }
 

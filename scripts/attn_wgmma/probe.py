@@ -386,54 +386,6 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
   for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx2[h][0], mx2[h][1]);""",
         )
     ],
-    # flash-attn-4's epilogue: each consumer writes its O rows into its own (now idle) rows of the Q tile, in the
-    # 128-byte swizzle, and one thread stores them with one bulk tensor copy: whole 32-byte sectors, where the
-    # direct stores fill half of each (Nsight Compute: 74.7 MB reach the L2 for a 50.3 MB output)
-    "o-smem": [
-        (
-            "const __grid_constant__ CUtensorMap tv, __nv_bfloat16* __restrict__ out,",
-            "const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,\n"
-            "                     __nv_bfloat16* __restrict__ out,",
-        ),
-        ("  CUtensorMap tq, tk, tv;", "  CUtensorMap tq, tk, tv, to;"),
-        (
-            "      !make_map(&tv, v, batch, tokens, heads, BN))",
-            "      !make_map(&tv, v, batch, tokens, heads, BN) || !make_map(&to, out, batch, tokens, heads, 64))",
-        ),
-        ("tq, tk, tv, static_cast<__nv_bfloat16*>(out),", "tq, tk, tv, to, static_cast<__nv_bfloat16*>(out),"),
-        (
-            """#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int row = row0 + 8 * hh;
-      if (row >= tokens) continue;""",
-            """if constexpr (QK_ROW == kRowBytes) {
-      uint8_t* tile = sm.q + w * 64 * QK_ROW;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = (t / 32) * 16 + lane / 4 + 8 * hh;
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-          *reinterpret_cast<__nv_bfloat162*>(tile + r * kRowBytes + ((c ^ (r & 7)) << 4) + 4 * (lane % 4)) =
-              __floats2bfloat162_rn(o[4 * c + 2 * hh] * inv[hh], o[4 * c + 2 * hh + 1] * inv[hh]);
-      }
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      bar_sync(8 + w, 128);
-      if (t == 0) {
-        asm volatile(
-            "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
-                reinterpret_cast<uint64_t>(&to)),
-            "r"(smem_addr(tile)), "r"(0), "r"(h), "r"(m0 + w * 64), "r"(b)
-            : "memory");
-        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-      }
-    } else
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int row = row0 + 8 * hh;
-      if (row >= tokens) continue;""",
-        ),
-    ],
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
