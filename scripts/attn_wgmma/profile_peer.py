@@ -3,6 +3,8 @@
 ncu --nvtx --nvtx-include "peer/" --clock-control none --set full python scripts/attn_wgmma/profile_peer.py
 (on the GPU machine, flash-attn-4 installed): one launch of each inside the NVTX range "peer", after a warm-up
 launch of each outside it (flash-attn-4 compiles its kernel on the first call).
+Per instruction: add `--import-source no -o $OUT/peer`, then `ncu -i $OUT/peer.ncu-rep --page source --csv
+--print-source sass -k regex:attention_kernel` (and `-k regex:flash`) into two CSVs for ncu_sass.py.
 """
 
 from __future__ import annotations
