@@ -180,6 +180,34 @@ __device__ __forceinline__ void store_p(const uint32_t (&p)[BN / 16][4], uint32_
     ),
     ("      pv<BN>(o, p, smem_addr(sm.v[sv]));", "      pv_ss<BN>(o, p_addr, smem_addr(sm.v[sv]));"),
 ]
+# 96-token K/V tiles (4 stages) for the bf16 launcher, whatever its configuration: S takes 48 registers and P 24,
+# so the rotated loop (LATE_WAIT) can keep the P V wait after the softmax without running out of them
+_N96_OPS = ", ".join(f"%{i}" for i in range(48))  # m64n96's 48 accumulators, for wgmma_ss_n96 below
+_N96_REGS = ", ".join(f'"+f"(d[{i}])' for i in range(48))
+BN96 = [
+    (
+        "    if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);",
+        """    if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);
+    if constexpr (BN == 96) wgmma_ss_n96(s, da, db, kk > 0);""",
+    ),
+    (
+        "// S[64 x BN] = Q[64 x 64] K[BN x 64]^T",
+        """// D[64 x 96] (+)= A[64 x 16] * B[96 x 16]^T, A and B K-major in shared memory
+__device__ __forceinline__ void wgmma_ss_n96(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  asm volatile(
+      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %50, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {OPS}, %48, %49, p, 1, 1, 0, 0;\\n}\\n"
+      : REGS
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// S[64 x BN] = Q[64 x 64] K[BN x 64]^T""".replace("OPS", _N96_OPS).replace("REGS", _N96_REGS),
+    ),
+    (
+        "  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{",
+        "  return launch_with<Bf16Scores, NWG, 96, 4, SCHED>(Bf16Scores{",
+    ),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -386,6 +414,8 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
   for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx2[h][0], mx2[h][1]);""",
         )
     ],
+    "bn96": BN96,
+    "bn96-late": BN96 + LATE_WAIT,
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
