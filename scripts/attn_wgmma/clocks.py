@@ -59,23 +59,15 @@ def sustained(fn, sets, seconds: float = 1.0) -> str:  # type: ignore[no-untyped
         return start.elapsed_time(end) * 1e3 / calls
 
     us, w, f = probe.sampled(run)
-    if w is None:
-        return f"{us:.1f} us/call; no power samples"
-    return f"{us:.1f} us/call, {w:.0f} W, {f:.0f} MHz, {w * us * 1e-6:.3f} J/call"
+    energy = "" if w is None else f", {w * us * 1e-6:.3f} J/call"
+    return f"{us:.1f} us/call{probe.power(w, f)}{energy}"
 
 
 def bench_style(fn, sets) -> str:  # type: ignore[no-untyped-def]
-    """As `hubkernels bench` times a candidate (its own warm-up and timing loop): the median, and the mean
-    power and clock while its 50 samples ran."""
-    from hubkernels.author.bench import time_calls, warm_up_device
-
-    dev = torch.device("cuda")
-    warm_up_device(dev)
-    times, w, f = probe.sampled(lambda: sorted(time_calls(fn, sets, dev, warmup=10, iters=50)))
-    us = times[len(times) // 2]
-    if w is None:
-        return f"{us:.1f} us/call; no power samples"
-    return f"{us:.1f} us/call, {w:.0f} W, {f:.0f} MHz"
+    """As `hubkernels bench` times a candidate (its warm-up, then 50 samples after 10 warm-up calls): the median,
+    and the mean power and clock while the samples ran."""
+    us, w, f = probe.sampled(lambda: probe.bench_style(torch, fn, sets, warmup=10, iters=50, warm=True))
+    return f"{us:.1f} us/call{probe.power(w, f)}"
 
 
 def shipped_op():  # type: ignore[no-untyped-def]
@@ -83,14 +75,16 @@ def shipped_op():  # type: ignore[no-untyped-def]
     import importlib.util
 
     root = Path(__file__).resolve().parents[2] / "build"
-    for variant in sorted(root.glob("torch-stable-abi*-cu1*-x86_64-linux")):
-        init = variant / "__init__.py"
-        spec = importlib.util.spec_from_file_location("ltx_kernels", init, submodule_search_locations=[str(variant)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["ltx_kernels"] = module
-        spec.loader.exec_module(module)
-        return module.attention
-    return None
+    variant = next(iter(sorted(root.glob("torch-stable-abi*-cu1*-x86_64-linux"))), None)
+    if variant is None:
+        return None
+    spec = importlib.util.spec_from_file_location(
+        "ltx_kernels", variant / "__init__.py", submodule_search_locations=[str(variant)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ltx_kernels"] = module
+    spec.loader.exec_module(module)
+    return module.attention
 
 
 def main() -> int:
@@ -121,8 +115,8 @@ def main() -> int:
     # the bench's order (ours, its eager peer, flash-attn-4), then the reverse
     order = [n for n in ("op", "cudnn", "fa4", "ours") if n in impls]
     for names in (order, order[::-1]):
-        for name in names:
-            print("bench-style", name, bench_style(impls[name], sets), flush=True)
+        for candidate in names:
+            print("bench-style", candidate, bench_style(impls[candidate], sets), flush=True)
     for rnd in range(2):
         for name, fn in impls.items():
             for burst in (10, 50):

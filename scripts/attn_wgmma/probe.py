@@ -530,14 +530,20 @@ def power(watts: float | None, mhz: float | None) -> str:
     return "" if watts is None or mhz is None else f", {watts:.0f} W, {mhz:.0f} MHz"
 
 
-def bench_style(torch, fn) -> float:
+def bench_style(  # type: ignore[no-untyped-def]
+    torch, fn, inputs=None, warmup: int = 5, iters: int = 30, warm: bool = False
+) -> float:
     """The median per-call time in µs as `hubkernels bench` takes it (bursts of 10 calls after a device-side sleep,
-    over three input sets that together outgrow the L2), beside do_bench's back-to-back launches."""
-    from hubkernels.author.bench import time_calls
+    over three input sets that together outgrow the L2; `inputs` defaults to the probe's), beside do_bench's
+    back-to-back launches. warm=True first runs the bench's own device warm-up, and the bench's counts are
+    warmup=10, iters=50."""
+    from hubkernels.author.bench import time_calls, warm_up_device
 
     dev = torch.device("cuda")
-    inputs = [sets(torch, dev, 10 + i)["gaussian"] for i in range(3)]
-    times = sorted(time_calls(fn, inputs, dev, warmup=5, iters=30))
+    inputs = inputs or [sets(torch, dev, 10 + i)["gaussian"] for i in range(3)]
+    if warm:
+        warm_up_device(dev)
+    times = sorted(time_calls(fn, inputs, dev, warmup=warmup, iters=iters))
     return times[len(times) // 2]
 
 
