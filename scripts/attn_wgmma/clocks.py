@@ -64,9 +64,12 @@ def sustained(fn, sets, seconds: float = 1.0) -> str:  # type: ignore[no-untyped
 
 
 def bench_style(fn, sets) -> str:  # type: ignore[no-untyped-def]
-    """As `hubkernels bench` times a candidate (its warm-up, then 50 samples after 10 warm-up calls): the median,
-    and the mean power and clock while the samples ran."""
-    us, w, f = probe.sampled(lambda: probe.bench_style(torch, fn, sets, warmup=10, iters=50, warm=True))
+    """As `hubkernels bench` times a candidate (its device warm-up, then 50 samples after 10 warm-up calls): the
+    median, and the mean power and clock while the samples ran (the warm-up's copies outside that window)."""
+    from hubkernels.author.bench import warm_up_device
+
+    warm_up_device(torch.device("cuda"))
+    us, w, f = probe.sampled(lambda: probe.bench_style(torch, fn, sets, warmup=10, iters=50))
     return f"{us:.1f} us/call{probe.power(w, f)}"
 
 

@@ -530,19 +530,14 @@ def power(watts: float | None, mhz: float | None) -> str:
     return "" if watts is None or mhz is None else f", {watts:.0f} W, {mhz:.0f} MHz"
 
 
-def bench_style(  # type: ignore[no-untyped-def]
-    torch, fn, inputs=None, warmup: int = 5, iters: int = 30, warm: bool = False
-) -> float:
+def bench_style(torch, fn, inputs=None, warmup: int = 5, iters: int = 30) -> float:  # type: ignore[no-untyped-def]
     """The median per-call time in µs as `hubkernels bench` takes it (bursts of 10 calls after a device-side sleep,
     over three input sets that together outgrow the L2; `inputs` defaults to the probe's), beside do_bench's
-    back-to-back launches. warm=True first runs the bench's own device warm-up, and the bench's counts are
-    warmup=10, iters=50."""
-    from hubkernels.author.bench import time_calls, warm_up_device
+    back-to-back launches. The bench's own counts are warmup=10, iters=50."""
+    from hubkernels.author.bench import time_calls
 
     dev = torch.device("cuda")
     inputs = inputs or [sets(torch, dev, 10 + i)["gaussian"] for i in range(3)]
-    if warm:
-        warm_up_device(dev)
     times = sorted(time_calls(fn, inputs, dev, warmup=warmup, iters=iters))
     return times[len(times) // 2]
 
