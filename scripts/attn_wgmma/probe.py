@@ -208,6 +208,89 @@ __device__ __forceinline__ void wgmma_ss_n96(float (&d)[48], uint64_t desc_a, ui
         "  return launch_with<Bf16Scores, NWG, 96, 4, SCHED>(Bf16Scores{",
     ),
 ]
+# the row sums by the tensor cores: P V with B = [V | ones] (m64n72k16; columns 64..71 of B a 2 KB tile of ones
+# that every step's descriptor reaches through its leading byte offset), so O's columns 64..71 are P's row sums
+# and the softmax drops its 64 additions a tile; numerator and denominator then sum the same bf16 P
+_N72_OPS = ", ".join(f"%{i}" for i in range(36))  # m64n72's 36 accumulators
+_N72_REGS = ", ".join(f'"+f"(d[{i}])' for i in range(36))
+_N72 = """
+// D[64 x 72] += A[64 x 16] * B[16 x 72], A in registers, B N-major: V's 64-column atom, then the ones atom at LBO
+__device__ __forceinline__ void wgmma_rs_n72(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %41, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 {OPS}, {%36, %37, %38, %39}, %40, p, 1, 1, 1;\\n}\\n"
+      : REGS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+""".replace("OPS", _N72_OPS).replace("REGS", _N72_REGS)
+PV_SUM = [
+    (
+        """// O[64 x 64] += P[64 x BN] V[BN x 64]: BN/16 steps of 16 tokens (2 KB of V each).
+template <int BN>
+__device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
+  const Desc<kRowBytes> v(v_addr);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
+}""",
+        _N72
+        + """
+// O[64 x 72] += P[64 x BN] [V | 1][BN x 72]: BN/16 steps of 16 tokens (2 KB of V each); the ones tile stays put,
+// so each step's leading byte offset shrinks by the 2 KB its start grows
+template <int BN>
+__device__ __forceinline__ void pv(float (&o)[36], const uint32_t (&p)[BN / 16][4], uint32_t v_addr,
+                                   uint32_t ones_addr) {
+  const uint32_t lo = (v_addr >> 4) | ((ones_addr - v_addr) >> 4) << 16;
+  constexpr uint32_t kStep = (16 * kRowBytes) >> 4;
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    wgmma_rs_n72(o, p[kk], static_cast<uint64_t>(Desc<kRowBytes>::kHi) << 32 | (lo + kk * kStep - (kk * kStep << 16)));
+}""",
+    ),
+    ("    sum[h] += s[i];\n", ""),
+    ("  float sum[2] = {0.f, 0.f};\n", ""),
+    ("  for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];", "  for (int h = 0; h < 2; ++h) l[h] = 0.f;"),
+    ("void store_o_bulk(const float (&o)[32],", "void store_o_bulk(const float (&o)[36],"),
+    (
+        "  alignas(1024) uint8_t v[STAGES][BN * kRowBytes];\n",
+        "  alignas(1024) uint8_t v[STAGES][BN * kRowBytes];\n"
+        "  alignas(1024) uint8_t ones[16 * kRowBytes];  // bf16 1.0\n",
+    ),
+    (
+        "void rescale(float (&o)[32], const float (&alpha)[2]) {\n#pragma unroll\n  for (int i = 0; i < 32; ++i)",
+        "void rescale(float (&o)[36], const float (&alpha)[2]) {\n#pragma unroll\n  for (int i = 0; i < 36; ++i)",
+    ),
+    (
+        """    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();""",
+        """    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  for (int i = threadIdx.x; i < 16 * kRowBytes / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(sm.ones)[i] = 0x3F803F80u;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // read by wgmma
+  __syncthreads();""",
+    ),
+    (
+        "    float o[32];\n#pragma unroll\n    for (int i = 0; i < 32; ++i) o[i] = 0.f;",
+        "    float o[36];\n#pragma unroll\n    for (int i = 0; i < 36; ++i) o[i] = 0.f;",
+    ),
+    ("pv<BN>(o, p, smem_addr(sm.v[s]));", "pv<BN>(o, p, smem_addr(sm.v[s]), smem_addr(sm.ones));"),
+    (
+        "        pv<BN>(o, p, smem_addr(sm.v[sv]));\n        wgmma_commit();\n        hand_turn",
+        "        pv<BN>(o, p, smem_addr(sm.v[sv]), smem_addr(sm.ones));\n        wgmma_commit();\n        hand_turn",
+    ),
+    (
+        "      wgmma_fence();\n      pv<BN>(o, p, smem_addr(sm.v[sv]));",
+        "      wgmma_fence();\n      pv<BN>(o, p, smem_addr(sm.v[sv]), smem_addr(sm.ones));",
+    ),
+    (
+        """      float x = l[hh];
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      inv[hh] = 1.f / x;""",
+        "      inv[hh] = 1.f / o[32 + 2 * hh];",
+    ),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -417,6 +500,7 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "bn96": BN96,
     "bn96-late": BN96 + LATE_WAIT,
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
+    "pv-sum": PV_SUM,
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
     "max4-sum4": MAX4 + SUM4,
