@@ -499,8 +499,9 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     ],
     "bn96": BN96,
     "bn96-late": BN96 + LATE_WAIT,
-    # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
+    # P's row sums by the tensor cores (P V against [V | ones]) instead of the softmax's additions
     "pv-sum": PV_SUM,
+    # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
     "max4-sum4": MAX4 + SUM4,
