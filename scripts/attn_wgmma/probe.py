@@ -291,6 +291,79 @@ __device__ __forceinline__ void pv(float (&o)[36], const uint32_t (&p)[BN / 16][
         "      inv[hh] = 1.f / o[32 + 2 * hh];",
     ),
 ]
+# the wgmma issue order: Q K^T(j) and P V(j - 1) interleaved in one commit group, so that fewer wgmmas follow one
+# that writes the same accumulators (ptxas waits for P V before the softmax anyway: BENCHMARKS.md section 8);
+# ORDER lists the issue order, "q" a Q K^T step and "v" a P V step
+_QK_PV = """
+// Q K^T(j) and P V(j - 1) as one stream of wgmmas in the order ORDER
+template <int BN>
+__device__ __forceinline__ void qk_pv(float (&s)[BN / 2], float (&o)[32], const uint32_t (&p)[BN / 16][4],
+                                      uint32_t q_addr, uint32_t k_addr, uint32_t v_addr) {
+  static_assert(BN == 128, "the 2B shape's tiles");
+  const Desc<128> q(q_addr), k(k_addr);
+  const Desc<kRowBytes> v(v_addr);
+  constexpr char kOrder[] = "ORDER";
+  int iq = 0, iv = 0;
+#pragma unroll
+  for (int i = 0; i < 12; ++i) {
+    if (kOrder[i] == 'q') {
+      wgmma_ss_n128(s, q.at(iq * 32), k.at(iq * 32), iq > 0);
+      ++iq;
+    } else {
+      wgmma_rs_n64(o, p[iv], v.at(iv * 16 * kRowBytes));
+      ++iv;
+    }
+  }
+}
+
+// Scores of tokens at or past"""
+
+
+def _qk_pv(order: str) -> list[tuple[str, str]]:
+    assert sorted(order) == sorted("qqqq" + "v" * 8), order
+    return [
+        ("\n// Scores of tokens at or past", _QK_PV.replace("ORDER", order)),
+        (
+            """        scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+        wgmma_commit();
+        pv<BN>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(!(last && j == n_tiles - 1), next);
+        wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run""",
+            """        qk_pv<BN>(sc, o, p, q_addr, smem_addr(sm.k[s]), smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(!(last && j == n_tiles - 1), next);
+        wgmma_wait<0>();""",
+        ),
+    ]
+
+
+# P V as two independent m64n32 chains, alternating (columns 0..31 and 32..63 of O: a step 64 bytes along V's
+# swizzled rows), so no P V wgmma follows the one whose accumulators it adds to
+_N32_OPS = ", ".join(f"%{i}" for i in range(16))
+_N32_REGS = ", ".join(f'"+f"(d[{i}])' for i in range(16))
+PV_N32X2 = [
+    (
+        "  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));",
+        """  for (int kk = 0; kk < BN / 16; ++kk) {
+    wgmma_rs_n32(*reinterpret_cast<float(*)[16]>(&o[0]), p[kk], v.at(kk * 16 * kRowBytes));
+    wgmma_rs_n32(*reinterpret_cast<float(*)[16]>(&o[16]), p[kk], v.at(kk * 16 * kRowBytes + 64));
+  }""",
+    ),
+    (
+        "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
+        """
+__device__ __forceinline__ void wgmma_rs_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %21, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {OPS}, {%16, %17, %18, %19}, %20, p, 1, 1, 1;\\n}\\n"
+      : REGS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+// O[64 x 64] += P[64 x BN] V[BN x 64]""".replace("OPS", _N32_OPS).replace("REGS", _N32_REGS),
+    ),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -501,6 +574,10 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "bn96-late": BN96 + LATE_WAIT,
     # P's row sums by the tensor cores (P V against [V | ones]) instead of the softmax's additions
     "pv-sum": PV_SUM,
+    # Q K^T(j) and P V(j - 1) interleaved: alternating, then P V's last four / P V two at a time between
+    "qk-pv-mix": _qk_pv("qvqvqvqvvvvv"),
+    "qk-pv-spread": _qk_pv("qvvqvvqvvqvv"),
+    "pv-n32x2": PV_N32X2,
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
