@@ -364,6 +364,175 @@ __device__ __forceinline__ void wgmma_rs_n32(float (&d)[16], const uint32_t (&a)
 // O[64 x 64] += P[64 x BN] V[BN x 64]""".replace("OPS", _N32_OPS).replace("REGS", _N32_REGS),
     ),
 ]
+# the timeline probe (scripts/attn_wgmma/timeline.py): lane 0 of each consumer warp in CTAs 100, 600, 1100 and
+# 1600 writes %clock at the marks 0..7 of every loop iteration to a device array the host reads back; a mark is
+# a clock read and a store, which ptxas does not move the P V wait across: mark 5 (after the softmax) keeps that
+# wait after the softmax, where ptxas otherwise hoists it to the softmax's top
+TRACE_CTAS, TRACE_TILES, TRACE_MARKS = (100, 600, 1100, 1600), 48, 8
+# the patches: all marks but 5 (ptxas's own placement of the P V wait), all eight (the wait after the softmax),
+# and mark 5 alone (that placement as a timing candidate)
+TRACE_SETS = {"trace": {0, 1, 2, 3, 4, 6, 7}, "trace-late": set(range(TRACE_MARKS)), "late-pv": {5}}
+
+
+def _trace(marks: set[int]) -> list[tuple[str, str]]:
+    def at(k: int, indent: str = "        ") -> str:
+        return f"{indent}mark(j, {k});\n" if k in marks else ""
+
+    return [
+        (
+            "\n// Scores of tokens at or past",
+            f"""
+constexpr int kTraceTiles = {TRACE_TILES}, kTraceMarks = {TRACE_MARKS};
+__device__ unsigned g_trace[{len(TRACE_CTAS)} * 3 * 4 * kTraceTiles * kTraceMarks];
+extern "C" int ltx_trace_read(void* dst) {{
+  return cudaMemcpyFromSymbol(dst, g_trace, sizeof(g_trace)) == cudaSuccess ? 0 : 1;
+}}
+__device__ __forceinline__ unsigned clock32() {{
+  unsigned c;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(c)::"memory");
+  return c;
+}}
+
+// Scores of tokens at or past""",
+        ),
+        (
+            "      hand_turn(w == 0 && n_tiles > 1, 1);  // the first consumer issues first\n",
+            """      hand_turn(w == 0 && n_tiles > 1, 1);  // the first consumer issues first
+      const int cta_ = static_cast<int>(blockIdx.x);
+      const int slot_ = cta_ % 500 == 100 && cta_ < 2000 ? cta_ / 500 : -1;
+      unsigned* const tr_ = g_trace + ((slot_ * 3 + w) * 4 + t / 32) * kTraceTiles * kTraceMarks;
+      const bool rec_ = slot_ >= 0 && lane == 0;
+      const auto mark = [&](int j, int k) {
+        const unsigned c = clock32();
+        if (rec_ && j < kTraceTiles) tr_[j * kTraceMarks + k] = c;
+      };
+""",
+        ),
+        (
+            """        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+        if constexpr (kOrdered) bar_sync(1 + w, 256);
+""",
+            f"""        const int s = j % STAGES, sv = (j - 1) % STAGES;
+{at(0)}        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+{at(1)}        if constexpr (kOrdered) bar_sync(1 + w, 256);
+{at(2)}""",
+        ),
+        (
+            """        hand_turn(!(last && j == n_tiles - 1), next);
+        wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
+        pin(sc);
+""",
+            f"""        hand_turn(!(last && j == n_tiles - 1), next);
+{at(3)}        wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
+        pin(sc);
+{at(4)}""",
+        ),
+        (
+            """        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
+      }""",
+            f"""        scores.template softmax<BN>(sc, m, l, alpha, rows);
+{at(5)}        wgmma_wait<0>();
+        pin(o);
+{at(6)}        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
+{at(7)}      }}""",
+        ),
+    ]
+
+
+# the producer's own waits (for consumers to free a stage) with a suspend-time hint or a sleep between polls, so
+# that its spinning leaves the issue slots of the SM quarter it shares with one warp of each consumer (the timeline:
+# those warps reach each step 130-210 cycles after the consumer's other warps)
+_PRODUCER_WAITS = (
+    "          if (j >= STAGES) mbar_wait(&sm.k_empty[s], ((j / STAGES) & 1) ^ 1);\n"
+    "          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);",
+    "          if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);\n"
+    "          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);",
+)
+
+
+def _producer_wait(body: str) -> list[tuple[str, str]]:
+    fn = f"""
+__device__ __forceinline__ void mbar_wait_producer(uint64_t* bar, uint32_t parity) {{
+  asm volatile(
+      "{{\\n"
+      ".reg .pred P1;\\n"
+      "LAB_WAIT:\\n"
+      {body}
+      "@P1 bra DONE;\\n"
+      "bra LAB_WAIT;\\n"
+      "DONE:\\n"
+      "}}\\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}}
+
+// Bulk tensor copy of"""
+    return [("\n// Bulk tensor copy of", fn)] + [
+        (w, w.replace("mbar_wait(", "mbar_wait_producer(", 1)) for w in _PRODUCER_WAITS
+    ]
+
+
+PRODUCER_SLEEP = _producer_wait('"mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1, 10000000;\\n"')
+PRODUCER_BACKOFF = _producer_wait(
+    '"mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\\n"\n      "@!P1 nanosleep.u32 64;\\n"'
+)
+# the consumers test K(j + 1) and V(j) for arrival once P V(j - 1) is waited for (mbarrier.test_wait, no
+# blocking), so that the test's latency runs under O's rescale and P's packing; only a tile not yet there is
+# waited for at the loop's top
+KV_EARLY = [
+    (
+        "\n// Bulk tensor copy of",
+        """
+__device__ __forceinline__ bool mbar_test(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\\n.reg .pred P1;\\nmbarrier.test_wait.parity.shared::cta.b64 P1, [%1], %2;\\nselp.u32 %0, 1, 0, P1;\\n}\\n"
+      : "=r"(done)
+      : "r"(smem_addr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// Bulk tensor copy of""",
+    ),
+    (
+        """      hand_turn(w == 0 && n_tiles > 1, 1);  // the first consumer issues first
+""",
+        """      hand_turn(w == 0 && n_tiles > 1, 1);  // the first consumer issues first
+      bool ready = false;
+""",
+    ),
+    (
+        """        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+""",
+        """        if (!ready) {
+          mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+          mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+        }
+""",
+    ),
+    (
+        """        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);""",
+        """        wgmma_wait<0>();
+        pin(o);
+        ready = j + 1 < n_tiles && mbar_test(&sm.k_full[(j + 1) % STAGES], ((j + 1) / STAGES) & 1) &&
+                mbar_test(&sm.v_full[j % STAGES], (j / STAGES) & 1);
+        release(&sm.empty[sv]);""",
+    ),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -578,6 +747,32 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "qk-pv-mix": _qk_pv("qvqvqvqvvvvv"),
     "qk-pv-spread": _qk_pv("qvvqvvqvvqvv"),
     "pv-n32x2": PV_N32X2,
+    **{name: _trace(marks) for name, marks in TRACE_SETS.items()},
+    "producer-sleep": PRODUCER_SLEEP,
+    # only warps 1..3 of a consumer wait for K(j) / V(j - 1); warp 0, which the timeline shows issuing the wgmmas
+    # ~200 cycles behind the others every tile, learns of them through the turn barrier they all pass
+    "kv-wait-123": [
+        (
+            """        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+""",
+            """        if (t >= 32) {
+          mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+          mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);
+        }
+""",
+        )
+    ],
+    # the producer in warp 1 of its warpgroup (SM quarter 1) instead of warp 0: does the consumers' lagging warp
+    # move with it?
+    "producer-warp1": [
+        (
+            '    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");\n    if (t == 0) {',
+            '    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");\n    if (t == 32) {',
+        )
+    ],
+    "producer-backoff": PRODUCER_BACKOFF,
+    "kv-early": KV_EARLY,
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
