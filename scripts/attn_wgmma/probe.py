@@ -69,6 +69,14 @@ SUM4 = [
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));""",
     )
 ]
+# the end of the overlapped loop's body, which several patches rewrite
+_LOOP_END = """        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);
+      }"""
 # the loop rotated so that tile j's wait for P V(j - 1), O's rescale and P's packing open iteration j + 1: ptxas
 # hoists that wait to the top of its basic block, which in the shipped loop is tile j's softmax (its SASS: the
 # wait right after the first max instruction), so the softmax did not run under P V
@@ -89,13 +97,7 @@ LATE_WAIT = [
         mbar_wait(&sm.k_full[s], (j / STAGES) & 1);""",
     ),
     (
-        """        scores.template softmax<BN>(sc, m, l, alpha, rows);
-        wgmma_wait<0>();
-        pin(o);
-        release(&sm.empty[sv]);
-        rescale(o, alpha);
-        to_p<BN>(p, sc);
-      }""",
+        _LOOP_END,
         """        scores.template softmax<BN>(sc, m, l, alpha, rows);
       }
       if (n_tiles > 1) {
@@ -208,21 +210,32 @@ __device__ __forceinline__ void wgmma_ss_n96(float (&d)[48], uint64_t desc_a, ui
         "  return launch_with<Bf16Scores, NWG, 96, 4, SCHED>(Bf16Scores{",
     ),
 ]
+
+
+def _wgmma_rs(n: int, comment: str = "") -> str:
+    """C++ for wgmma_rs_n{n}: D[64 x n] += A[64 x 16] (registers) * B[16 x n] (N-major in shared memory), with
+    n / 2 accumulators a thread (wgmma.cuh's wgmma_rs_n64 at another width)."""
+    d, a = n // 2, ", ".join(f"%{n // 2 + i}" for i in range(4))
+    ops, regs = ", ".join(f"%{i}" for i in range(d)), ", ".join(f'"+f"(d[{i}])' for i in range(d))
+    return f"""
+{comment}__device__ __forceinline__ void wgmma_rs_n{n}(float (&d)[{d}], const uint32_t (&a)[4], uint64_t desc_b) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{d + 5}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{ops}}}, {{{a}}}, %{d + 4}, p, 1, 1, 1;\\n}}\\n"
+      : {regs}
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}}
+"""
+
+
 # the row sums by the tensor cores: P V with B = [V | ones] (m64n72k16; columns 64..71 of B a 2 KB tile of ones
 # that every step's descriptor reaches through its leading byte offset), so O's columns 64..71 are P's row sums
 # and the softmax drops its 64 additions a tile; numerator and denominator then sum the same bf16 P
-_N72_OPS = ", ".join(f"%{i}" for i in range(36))  # m64n72's 36 accumulators
-_N72_REGS = ", ".join(f'"+f"(d[{i}])' for i in range(36))
-_N72 = """
-// D[64 x 72] += A[64 x 16] * B[16 x 72], A in registers, B N-major: V's 64-column atom, then the ones atom at LBO
-__device__ __forceinline__ void wgmma_rs_n72(float (&d)[36], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %41, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n72k16.f32.bf16.bf16 {OPS}, {%36, %37, %38, %39}, %40, p, 1, 1, 1;\\n}\\n"
-      : REGS
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-""".replace("OPS", _N72_OPS).replace("REGS", _N72_REGS)
+_N72 = _wgmma_rs(
+    72,
+    "// D[64 x 72] += A[64 x 16] * B[16 x 72], A in registers, B N-major: V's 64-column atom, then the ones atom"
+    " at LBO\n",
+)
 PV_SUM = [
     (
         """// O[64 x 64] += P[64 x BN] V[BN x 64]: BN/16 steps of 16 tokens (2 KB of V each).
@@ -340,8 +353,6 @@ def _qk_pv(order: str) -> list[tuple[str, str]]:
 
 # P V as two independent m64n32 chains, alternating (columns 0..31 and 32..63 of O: a step 64 bytes along V's
 # swizzled rows), so no P V wgmma follows the one whose accumulators it adds to
-_N32_OPS = ", ".join(f"%{i}" for i in range(16))
-_N32_REGS = ", ".join(f'"+f"(d[{i}])' for i in range(16))
 PV_N32X2 = [
     (
         "  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));",
@@ -352,16 +363,7 @@ PV_N32X2 = [
     ),
     (
         "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
-        """
-__device__ __forceinline__ void wgmma_rs_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %21, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {OPS}, {%16, %17, %18, %19}, %20, p, 1, 1, 1;\\n}\\n"
-      : REGS
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-
-// O[64 x 64] += P[64 x BN] V[BN x 64]""".replace("OPS", _N32_OPS).replace("REGS", _N32_REGS),
+        _wgmma_rs(32) + "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
     ),
 ]
 # the timeline probe (scripts/attn_wgmma/timeline.py): lane 0 of each consumer warp in CTAs 100, 600, 1100 and
@@ -431,13 +433,7 @@ __device__ __forceinline__ unsigned clock32() {{
 {at(4)}""",
         ),
         (
-            """        scores.template softmax<BN>(sc, m, l, alpha, rows);
-        wgmma_wait<0>();
-        pin(o);
-        release(&sm.empty[sv]);
-        rescale(o, alpha);
-        to_p<BN>(p, sc);
-      }""",
+            _LOOP_END,
             f"""        scores.template softmax<BN>(sc, m, l, alpha, rows);
 {at(5)}        wgmma_wait<0>();
         pin(o);
