@@ -69,6 +69,36 @@ SUM4 = [
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));""",
     )
 ]
+
+
+def _wgmma(n: int, a_in_registers: bool, b_transposed: bool, comment: str = "") -> str:
+    """C++ for a wgmma.cuh-style wrapper of m64n{n}k16 (bf16 in, n / 2 fp32 accumulators a thread): A from
+    registers (wgmma_rs_n{n}: always accumulates) or shared memory (wgmma_ss_n{n}, with wgmma.cuh's `accumulate`
+    flag); B K-major, or N-major where `b_transposed` (the _t suffix, for an SS wrapper)."""
+    d = n // 2
+    ops, regs = ", ".join(f"%{i}" for i in range(d)), ", ".join(f'"+f"(d[{i}])' for i in range(d))
+    if a_in_registers:
+        name, a, b, acc = f"wgmma_rs_n{n}", "{" + ", ".join(f"%{d + i}" for i in range(4)) + "}", f"%{d + 4}", d + 5
+        args, inputs = (
+            "const uint32_t (&a)[4], uint64_t desc_b",
+            '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)',
+        )
+        tail = f"1, 1, {int(b_transposed)}"
+    else:
+        name, a, b, acc = f"wgmma_ss_n{n}" + ("_t" if b_transposed else ""), f"%{d}", f"%{d + 1}", d + 2
+        args, inputs = "uint64_t desc_a, uint64_t desc_b, int accumulate", '"l"(desc_a), "l"(desc_b), "r"(accumulate)'
+        tail = f"1, 1, 0, {int(b_transposed)}"
+    return f"""
+{comment}__device__ __forceinline__ void {name}(float (&d)[{d}], {args}) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{ops}}}, {a}, {b}, p, {tail};\\n}}\\n"
+      : {regs}
+      : {inputs});
+}}
+"""
+
+
 # the end of the overlapped loop's body, which several patches rewrite
 _LOOP_END = """        scores.template softmax<BN>(sc, m, l, alpha, rows);
         wgmma_wait<0>();
@@ -77,6 +107,15 @@ _LOOP_END = """        scores.template softmax<BN>(sc, m, l, alpha, rows);
         rescale(o, alpha);
         to_p<BN>(p, sc);
       }"""
+# the rotated loop's hand-over, at the top of an iteration and after the loop: P V(j - 1) waited for, its V
+# stage released, O rescaled, P packed
+_PV_DONE = """
+{indent}wgmma_wait<0>();
+{indent}pin(o);
+{indent}release(&sm.empty[{stage}]);
+{indent}rescale(o, alpha);
+{indent}to_p<BN>(p, sc);
+"""
 # the loop rotated so that tile j's wait for P V(j - 1), O's rescale and P's packing open iteration j + 1: ptxas
 # hoists that wait to the top of its basic block, which in the shipped loop is tile j's softmax (its SASS: the
 # wait right after the first max instruction), so the softmax did not run under P V
@@ -87,26 +126,18 @@ LATE_WAIT = [
         mbar_wait(&sm.k_full[s], (j / STAGES) & 1);""",
         """      for (int j = 1; j < n_tiles; ++j) {
         const int s = j % STAGES, sv = (j - 1) % STAGES;
-        if (j > 1) {
-          wgmma_wait<0>();
-          pin(o);
-          release(&sm.empty[(j - 2) % STAGES]);
-          rescale(o, alpha);
-          to_p<BN>(p, sc);
-        }
+        if (j > 1) {"""
+        + _PV_DONE.format(stage="(j - 2) % STAGES", indent="          ")
+        + """        }
         mbar_wait(&sm.k_full[s], (j / STAGES) & 1);""",
     ),
     (
         _LOOP_END,
         """        scores.template softmax<BN>(sc, m, l, alpha, rows);
       }
-      if (n_tiles > 1) {
-        wgmma_wait<0>();
-        pin(o);
-        release(&sm.empty[(n_tiles - 2) % STAGES]);
-        rescale(o, alpha);
-        to_p<BN>(p, sc);
-      }""",
+      if (n_tiles > 1) {"""
+        + _PV_DONE.format(stage="(n_tiles - 2) % STAGES", indent="        ")
+        + """      }""",
     ),
 ]
 # P through shared memory (FA3's choice at head dim 64): each consumer stores its P tile with stmatrix into its
@@ -119,7 +150,9 @@ P_SMEM = [
     ),
     (
         "// Scores of tokens at or past",
-        """// O[64 x 64] += P[64 x BN] V[BN x 64], P from shared memory (64-column blocks of 8 KB, 128-byte swizzle)
+        _wgmma(64, False, True).lstrip()
+        + """
+// O[64 x 64] += P[64 x BN] V[BN x 64], P from shared memory (64-column blocks of 8 KB, 128-byte swizzle)
 template <int BN>
 __device__ __forceinline__ void pv_ss(float (&o)[32], uint32_t p_addr, uint32_t v_addr) {
   const Desc<128> pd(p_addr);
@@ -127,16 +160,7 @@ __device__ __forceinline__ void pv_ss(float (&o)[32], uint32_t p_addr, uint32_t 
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk) {
     const uint64_t da = pd.at((kk / 4) * 8192 + (kk % 4) * 32), db = v.at(kk * 16 * kRowBytes);
-    asm volatile(
-        "{\\n.reg .pred p;\\nsetp.ne.b32 p, %34, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, "
-        "%33, p, 1, 1, 0, 1;\\n}\\n"
-        : "+f"(o[0]), "+f"(o[1]), "+f"(o[2]), "+f"(o[3]), "+f"(o[4]), "+f"(o[5]), "+f"(o[6]), "+f"(o[7]),
-          "+f"(o[8]), "+f"(o[9]), "+f"(o[10]), "+f"(o[11]), "+f"(o[12]), "+f"(o[13]), "+f"(o[14]), "+f"(o[15]),
-          "+f"(o[16]), "+f"(o[17]), "+f"(o[18]), "+f"(o[19]), "+f"(o[20]), "+f"(o[21]), "+f"(o[22]), "+f"(o[23]),
-          "+f"(o[24]), "+f"(o[25]), "+f"(o[26]), "+f"(o[27]), "+f"(o[28]), "+f"(o[29]), "+f"(o[30]), "+f"(o[31])
-        : "l"(da), "l"(db), "r"(1));
+    wgmma_ss_n64_t(o, da, db, 1);
   }
 }
 
@@ -184,8 +208,6 @@ __device__ __forceinline__ void store_p(const uint32_t (&p)[BN / 16][4], uint32_
 ]
 # 96-token K/V tiles (4 stages) for the bf16 launcher, whatever its configuration: S takes 48 registers and P 24,
 # so the rotated loop (LATE_WAIT) can keep the P V wait after the softmax without running out of them
-_N96_OPS = ", ".join(f"%{i}" for i in range(48))  # m64n96's 48 accumulators, for wgmma_ss_n96 below
-_N96_REGS = ", ".join(f'"+f"(d[{i}])' for i in range(48))
 BN96 = [
     (
         "    if constexpr (BN == 128) wgmma_ss_n128(s, da, db, kk > 0);",
@@ -194,16 +216,10 @@ BN96 = [
     ),
     (
         "// S[64 x BN] = Q[64 x 64] K[BN x 64]^T",
-        """// D[64 x 96] (+)= A[64 x 16] * B[96 x 16]^T, A and B K-major in shared memory
-__device__ __forceinline__ void wgmma_ss_n96(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  asm volatile(
-      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %50, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {OPS}, %48, %49, p, 1, 1, 0, 0;\\n}\\n"
-      : REGS
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// S[64 x BN] = Q[64 x 64] K[BN x 64]^T""".replace("OPS", _N96_OPS).replace("REGS", _N96_REGS),
+        _wgmma(
+            96, False, False, "// D[64 x 96] (+)= A[64 x 16] * B[96 x 16]^T, A and B K-major in shared memory\n"
+        ).lstrip()
+        + "\n// S[64 x BN] = Q[64 x 64] K[BN x 64]^T",
     ),
     (
         "  return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{",
@@ -212,27 +228,13 @@ __device__ __forceinline__ void wgmma_ss_n96(float (&d)[48], uint64_t desc_a, ui
 ]
 
 
-def _wgmma_rs(n: int, comment: str = "") -> str:
-    """C++ for wgmma_rs_n{n}: D[64 x n] += A[64 x 16] (registers) * B[16 x n] (N-major in shared memory), with
-    n / 2 accumulators a thread (wgmma.cuh's wgmma_rs_n64 at another width)."""
-    d, a = n // 2, ", ".join(f"%{n // 2 + i}" for i in range(4))
-    ops, regs = ", ".join(f"%{i}" for i in range(d)), ", ".join(f'"+f"(d[{i}])' for i in range(d))
-    return f"""
-{comment}__device__ __forceinline__ void wgmma_rs_n{n}(float (&d)[{d}], const uint32_t (&a)[4], uint64_t desc_b) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{d + 5}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{ops}}}, {{{a}}}, %{d + 4}, p, 1, 1, 1;\\n}}\\n"
-      : {regs}
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}}
-"""
-
-
 # the row sums by the tensor cores: P V with B = [V | ones] (m64n72k16; columns 64..71 of B a 2 KB tile of ones
 # that every step's descriptor reaches through its leading byte offset), so O's columns 64..71 are P's row sums
 # and the softmax drops its 64 additions a tile; numerator and denominator then sum the same bf16 P
-_N72 = _wgmma_rs(
+_N72 = _wgmma(
     72,
+    True,
+    True,
     "// D[64 x 72] += A[64 x 16] * B[16 x 72], A in registers, B N-major: V's 64-column atom, then the ones atom"
     " at LBO\n",
 )
@@ -363,7 +365,7 @@ PV_N32X2 = [
     ),
     (
         "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
-        _wgmma_rs(32) + "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
+        _wgmma(32, True, True) + "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
     ),
 ]
 # the timeline probe (scripts/attn_wgmma/timeline.py): lane 0 of each consumer warp in CTAs 100, 600, 1100 and
