@@ -274,8 +274,8 @@ struct Smem {
 //   kSerial: S = Q K^T(j), softmax, O += P V(j), each waited for; the consumers interleave on the SM.
 //   kOverlap: Q K^T(j) and P V(j - 1) in flight together (FA3's intra-warpgroup overlap); K(j) is released as
 //     soon as its scores exist, V(j - 1) once P V is done. The source waits for P V after j's softmax; ptxas
-//     (13.0) moves that wait up to the softmax's first instructions, and a loop that keeps it after the softmax
-//     runs out of registers (S, O and P all live): P V runs under the other consumers' work (BENCHMARKS.md §8).
+//     (13.0) moves that wait up to the softmax's first instructions, so P V runs under the other consumers'
+//     work: kept after the softmax (P in registers, no spills) it measured 3.4 % slower (BENCHMARKS.md §8).
 //   kOverlapOrdered: kOverlap, with the consumers taking turns to issue their wgmmas (named barriers 1..NWG,
 //     FA3's warp scheduler barrier), so their softmaxes stay staggered.
 enum class Schedule { kSerial, kOverlap, kOverlapOrdered };
