@@ -256,6 +256,13 @@ void scale(float* out, const float* x, int64_t n) { scale_rows(out, x, n); }
 """
 
 
+# The planted run's speed gate: ours may take up to 1.5x torch.compile's time. It holds no fast fp16 op that CI's
+# load could push past the gate (VERIFY_CI_TOLERANCE's concern), only the defect, which measures 0.09-0.10x
+# torch.compile on a quiet 2-core machine and 0.29x with another test run beside it: past VERIFY_CI_TOLERANCE's
+# 4x allowance no longer, past this one by far.
+PLANTED_TOLERANCE = "0.5"
+
+
 @pytest.fixture(scope="module")
 def planted(demo) -> list[str]:
     """The demo kernel with its users' mistakes planted, through `verify --skip tests,abi`: its output lines."""
@@ -278,7 +285,7 @@ def planted(demo) -> list[str]:
         init.read_text().replace("    return ops.rms_norm(", '    print("rms_norm")\n    return ops.rms_norm(')
     )
     done = hubkernels_cli(
-        "verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", VERIFY_CI_TOLERANCE, cwd=root
+        "verify", "--skip", "tests,abi", "--dtypes", "fp16,fp32", "--tolerance", PLANTED_TOLERANCE, cwd=root
     )
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]
     return done.stdout.splitlines()
