@@ -531,6 +531,139 @@ __device__ __forceinline__ bool mbar_test(uint64_t* bar, uint32_t parity) {
         release(&sm.empty[sv]);""",
     ),
 ]
+# K and V tiles shared by a cluster of two CTAs on the same (batch, head): each CTA's producer copies half of every
+# tile and multicasts it into both CTAs' shared memory (TMA .multicast::cluster), so the L2 sends each tile once per
+# pair; a stage is refilled once both CTAs' consumers have released it (their arrivals go to both CTAs' barriers).
+# Pairs that straddle two heads (or a CTA padding the grid to even) load their own tiles, in halves.
+MULTICAST = [
+    (
+        "\n// Bulk tensor copy of",
+        """
+__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");  // as CUTLASS: no GPU fence
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_sync_relaxed() {  // after the barriers' init fence
+  asm volatile("barrier.cluster.arrive.relaxed;\\nbarrier.cluster.wait;" ::: "memory");
+}
+
+// The bulk tensor copy of `rows` tokens into the same offset of both CTAs of the cluster, each barrier told.
+__device__ __forceinline__ void tma_load_mc(void* dst, const CUtensorMap* map, uint64_t* bar, int s, int h, int b) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+      "{%3, %4, %5, %6}], [%2], %7;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(0), "r"(h), "r"(s), "r"(b), "h"(uint16_t(3))
+      : "memory");
+}
+
+// Bulk tensor copy of""",
+    ),
+    (
+        "__global__ void __launch_bounds__(128 * (NWG + 1), 1)",
+        "__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128 * (NWG + 1), 1)",
+    ),
+    (
+        "  const int b = item.b, h = item.h, m0 = item.m0, nwg = item.nwg;\n",
+        """  const int b = item.b, h = item.h, m0 = item.m0, nwg = item.nwg;
+  const unsigned rank = blockIdx.x & 1u, partner = blockIdx.x ^ 1u;
+  const bool exists = blockIdx.x < unsigned(tiling.ctas);
+  bool shared = false;
+  int pnwg = 0;
+  if (exists && partner < unsigned(tiling.ctas)) {
+    const Work pw = work_of<NWG>(tiling, partner, tokens, heads);
+    shared = pw.b == b && pw.h == h;
+    pnwg = shared ? pw.nwg : 0;
+  }
+""",
+    ),
+    (
+        """      mbar_init(&sm.empty[s], 4 * nwg);  // one arrival per consumer warp
+      mbar_init(&sm.k_empty[s], 4 * nwg);""",
+        """      mbar_init(&sm.empty[s], 4 * (nwg + pnwg));  // one arrival per consumer warp of both CTAs
+      mbar_init(&sm.k_empty[s], 4 * (nwg + pnwg));""",
+    ),
+    (
+        """    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncthreads();
+""",
+        """    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  cluster_sync_relaxed();  // the partner's barriers exist before its copies and arrivals reach them
+  if (!exists) {
+    cluster_sync();
+    return;
+  }
+""",
+    ),
+    (
+        """      tma_load(sm.q, &tq, &sm.q_full, m0, h, b);
+""",
+        """      tma_load(sm.q, &tq, &sm.q_full, m0, h, b);
+      const auto load_tile = [&](uint8_t* dst, const CUtensorMap* map, uint64_t* bar, int row, int row_bytes) {
+        if (shared) {
+          tma_load_mc(dst + rank * (BN / 2) * row_bytes, map, bar, row + rank * (BN / 2), h, b);
+        } else {
+          tma_load(dst, map, bar, row, h, b);
+          tma_load(dst + (BN / 2) * row_bytes, map, bar, row + BN / 2, h, b);
+        }
+      };
+""",
+    ),
+    (
+        """          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);""",
+        """          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          load_tile(sm.k[s], &tk, &sm.k_full[s], j * BN, QK_ROW);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          load_tile(sm.v[s], &tv, &sm.v_full[s], j * BN, kRowBytes);""",
+    ),
+    (
+        """          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+        };""",
+        """          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          load_tile(sm.k[s], &tk, &sm.k_full[s], j * BN, QK_ROW);
+        };""",
+    ),
+    (
+        """          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+        };""",
+        """          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          load_tile(sm.v[s], &tv, &sm.v_full[s], j * BN, kRowBytes);
+        };""",
+    ),
+    ("    if (w >= nwg) return;  // a narrow CTA's idle consumer", "    if (w >= nwg) {\n      cluster_sync();\n      return;\n    }"),
+    (
+        """        __syncwarp();
+        if (lane == 0) mbar_arrive(&sm.empty[s]);""",
+        """        __syncwarp();
+        if (lane == 0) mbar_arrive(&sm.empty[s]);
+        if (lane == 1 && shared) mbar_arrive_remote(&sm.empty[s], rank ^ 1u);""",
+    ),
+    (
+        """        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);""",
+        """        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+        if (lane == 1 && shared) mbar_arrive_remote(bar, rank ^ 1u);""",
+    ),
+    ("      }\n    }\n  }\n}\n\nusing EncodeTiled", "      }\n    }\n  }\n  cluster_sync();  // no arrival or copy of the partner's still to come\n}\n\nusing EncodeTiled"),
+    (
+        "!make_map(&tk, k, batch, tokens, heads, BN, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||\n      !make_map(&tv, v, batch, tokens, heads, BN)",
+        "!make_map(&tk, k, batch, tokens, heads, BN / 2, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||\n      !make_map(&tv, v, batch, tokens, heads, BN / 2)",
+    ),
+    ("kernel<<<static_cast<unsigned>(tiling.ctas),", "kernel<<<static_cast<unsigned>((tiling.ctas + 1) & ~1),"),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -772,6 +905,7 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "producer-backoff": PRODUCER_BACKOFF,
     "kv-early": KV_EARLY,
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
+    "mc": MULTICAST,
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
     "max4-sum4": MAX4 + SUM4,
