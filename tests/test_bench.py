@@ -124,7 +124,8 @@ def test_bench_of_a_kernel_without_benchmarks_says_where_they_go(tmp_path, capsy
 
 
 def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
-    """Any kernel root: one op, its formula, a peer; the runner times them and compiles the formula."""
+    """Any kernel root: one op, its formula, two peers (a function, and a method of the benchmark, which sees its
+    kernel); the runner times them and compiles the formula."""
     (tmp_path / "benchmarks").mkdir()
     (tmp_path / "benchmarks" / "benchmark_gelu.py").write_text(
         "import torch\n"
@@ -133,13 +134,15 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
         "    shape = {'n': 4096}\n"
         "    report_shape = ('n',)\n"
         "    peers = {'gelu_tanh': {'tanh formula': lambda x: 0.5 * x * (1 + torch.tanh(0.7978845608 * "
-        "(x + 0.044715 * x ** 3)))}}\n\n"
+        "(x + 0.044715 * x ** 3))), 'the op, by method': 'op_again'}}\n\n"
         "    def setup_gelu_tanh(self):\n"
         "        return (self.randn(self.shape['n']),)\n\n"
         "    def benchmark_gelu_tanh(self, x):\n"
         "        return self.kernel.gelu_tanh(x)\n\n"
         "    def verify_gelu_tanh(self, x):\n"
-        "        return torch.nn.functional.gelu(x, approximate='tanh')\n"
+        "        return torch.nn.functional.gelu(x, approximate='tanh')\n\n"
+        "    def op_again(self, x):\n"
+        "        return self.kernel.gelu_tanh(x)\n"
     )
     out = tmp_path / "gelu.json"
     rc = main(
@@ -162,7 +165,7 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
     )
     assert rc == 0
     data = json.loads(out.read_text())
-    assert [r["impl"] for r in data["rows"]] == ["ours", "eager", "tanh formula", "torch.compile"]
+    assert [r["impl"] for r in data["rows"]] == ["ours", "eager", "tanh formula", "the op, by method", "torch.compile"]
     assert data["shape"] == [4096] and all(r["max_rel_err"] < 1e-5 for r in data["rows"])
 
 

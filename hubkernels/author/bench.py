@@ -64,8 +64,9 @@ class Benchmark:
     - `reference_<w>(self, *inputs)` (optional): the float64 truth where `verify_<w>` on float64 is not.
 
     Class attributes: `shape` (default sizes), `cpu_shape` (their overrides on a CPU), `report_shape`
-    (the sizes the report names), `peers` ({w: {name: fn(*inputs)}} timed too; a peer returns NotImplemented
-    for inputs it does not take, such as another device or dtype, and is left out), `eager_name`, and
+    (the sizes the report names), `peers` ({w: {name: fn(*inputs)}} timed too, fn a function or the name of a
+    method of the benchmark; a peer returns NotImplemented for inputs it does not take, such as another device
+    or dtype, and is left out), `eager_name`, and
     `kernel_ops` ({w: kernel function it needs}, default w itself).
     """
 
@@ -73,7 +74,7 @@ class Benchmark:
     shape: dict[str, int] = {}  # the default shape per name; an instance holds the one it runs
     cpu_shape: ClassVar[dict[str, int]] = {}
     report_shape: ClassVar[tuple[str, ...]] = ()
-    peers: ClassVar[dict[str, dict[str, Callable[..., Any]]]] = {}
+    peers: ClassVar[dict[str, dict[str, Callable[..., Any] | str]]] = {}
     eager_name: ClassVar[dict[str, str]] = {}
     kernel_ops: ClassVar[dict[str, str]] = {}
 
@@ -202,7 +203,9 @@ def run(
             "ours": getattr(bench, f"benchmark_{op}"),
             bench.eager_name.get(op, "eager"): eager,
         }
-        candidates.update(bench.peers.get(op, {}))
+        candidates.update(
+            {name: getattr(bench, p) if isinstance(p, str) else p for name, p in bench.peers.get(op, {}).items()}
+        )
         if compile_peers:
             candidates["torch.compile"] = torch.compile(eager, dynamic=False)
         ref = reference(bench, op, inputs[0])
