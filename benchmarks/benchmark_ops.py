@@ -104,13 +104,16 @@ def _flash_attn_func():  # type: ignore[no-untyped-def]
 def flash_attn_4(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):  # type: ignore[no-untyped-def]
     """flash-attn-4 (FlashAttention in the CuTe DSL), the attention peer, on [B, S, H, D] as the kernel takes
     them: NotImplemented (left out of the report) unless it is installed and q is bf16 on an sm_90+ GPU."""
-    if not (q.is_cuda and q.dtype == torch.bfloat16 and torch.cuda.get_device_capability(q.device) >= (9, 0)):
+    if not flash_attn_4_runs(q):
         return NotImplemented
-    fa = _flash_attn_func()
-    if fa is None:
-        return NotImplemented
-    out = fa(q, k, v)
+    out = _flash_attn_func()(q, k, v)
     return out[0] if isinstance(out, tuple) else out
+
+
+def flash_attn_4_runs(q: torch.Tensor) -> bool:
+    """Whether flash-attn-4 is installed and takes q: bf16 on an sm_90+ GPU."""
+    ok = q.is_cuda and q.dtype == torch.bfloat16 and torch.cuda.get_device_capability(q.device) >= (9, 0)
+    return ok and _flash_attn_func() is not None
 
 
 def _double(*args):  # type: ignore[no-untyped-def]
@@ -126,10 +129,11 @@ class LtxOps(Benchmark):
     peers = {
         "rms_norm": {"F.rms_norm": lambda x: F.rms_norm(x, (x.shape[-1],), None, EPS6)},
         "attention": {"flash-attn-4": flash_attn_4},
+        "attention_with_prologue": {"ours + flash-attn-4": "prologue_then_flash_attn_4"},
     }
     # torch.nn.RMSNorm's eager forward *is* F.rms_norm: timed once, under that name.
     eager_name = {"rms_norm_weight": "F.rms_norm"}
-    kernel_ops = {"rms_norm_weight": "rms_norm"}
+    kernel_ops = {"rms_norm_weight": "rms_norm", "attention_with_prologue": "attention"}
 
     def _bsd(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         s = self.shape
@@ -276,3 +280,45 @@ class LtxOps(Benchmark):
     def verify_attention(self, q, k, v):  # type: ignore[no-untyped-def]
         """diffusers' path: torch's SDPA over [B, H, S, D] views."""
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+
+    # attention_with_prologue: LTX self-attention from the projections as the kernel's attention processor runs it,
+    # qk_rms_norm_rope_grid then attention ([B, S, hidden] in and out, hidden / 64 heads), timed as one call: what
+    # a forward pays per call, the prologue's outputs read by the attention while the L2 still holds part of them
+    # (on a CPU a quarter of the tokens, as for attention)
+    def setup_attention_with_prologue(self):  # type: ignore[no-untyped-def]
+        s = self.shape
+        tokens = s["tokens"] if str(self.device).startswith("cuda") else max(s["tokens"] // 4, 1)
+        q, k, v = (self.randn(s["batch"], tokens, s["hidden"]) for _ in range(3))
+        pos = ltx_positions(s["batch"], tokens, self.device)
+        return q, k, v, self._weight(), self._weight(), pos, rope_freqs(s["hidden"], 10000.0, self.device)
+
+    def benchmark_attention_with_prologue(self, q, k, v, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
+        return self.prologue_then_attention(q, k, v, wq, wk, pos, freqs)
+
+    def prologue_then_attention(self, q, k, v, wq, wk, pos, freqs, attention=None):  # type: ignore[no-untyped-def]
+        """The prologue op, then `attention` (this kernel's by default) on [B, S, H, 64] views."""
+        q, k = self.kernel.qk_rms_norm_rope_grid(q, k, wq, wk, pos, freqs, EPS5)
+        heads = [t.unflatten(-1, (_heads(q), -1)) for t in (q, k, v)]
+        return (attention or self.kernel.attention)(*heads).flatten(-2)
+
+    def prologue_then_flash_attn_4(self, *inputs):  # type: ignore[no-untyped-def]
+        """The prologue op, then flash-attn-4: the peer a user could swap in for the attention."""
+        if not flash_attn_4_runs(inputs[0]):
+            return NotImplemented
+        return self.prologue_then_attention(*inputs, attention=flash_attn_4)
+
+    def verify_attention_with_prologue(self, q, k, v, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
+        """diffusers' path: the q/k norms and RoPE in eager torch (tables from the positions), then SDPA."""
+        q, k = self.verify_qk_rms_norm_rope_grid(q, k, wq, wk, pos, freqs)
+        heads = [t.unflatten(-1, (_heads(q), -1)) for t in (q, k, v)]
+        return self.verify_attention(*heads).flatten(-2)
+
+    def reference_attention_with_prologue(self, q, k, v, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
+        q, k = self.reference_qk_rms_norm_rope_grid(q, k, wq, wk, pos, freqs)
+        heads = [t.unflatten(-1, (_heads(q), -1)) for t in (q, k, v.double())]
+        return self.verify_attention(*heads).flatten(-2)
+
+
+def _heads(x: torch.Tensor) -> int:
+    """Heads of 64 where the hidden size allows (LTX-Video's), else one head."""
+    return x.shape[-1] // 64 if x.shape[-1] % 64 == 0 else 1
