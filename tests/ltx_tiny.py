@@ -76,8 +76,7 @@ def capture_self_attention(
     ltx, config: dict[str, Any], tokens: tuple[int, int, int], *, device: str, dtype: torch.dtype = torch.bfloat16
 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], torch.Tensor]:
     """(q, k, v of every self-attention call, output) of one forward of the kernelized LTX-Video transformer with
-    seeded random weights: what the kernel's attention processor hands ltx_kernels.attention (after the q/k
-    prologue, which qk_rms_norm_rope_attention runs in the same op on the GPU), on any device."""
+    seeded random weights: what the kernel's attention processor hands ltx_kernels.attention, on any device."""
     from hubkernels.integrations import diffusers as hd
     from hubkernels.layers import Mode
 
@@ -87,22 +86,15 @@ def capture_self_attention(
         calls.append((q.clone(), k.clone(), v.clone()))
         return ltx.attention(q, k, v, scale)
 
-    def record_after_prologue(q, k, v, weight_q, weight_k, pos, freqs, heads, eps=1e-5, scale=None):
-        q, k = ltx.qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs, eps)
-        return record(*(t.unflatten(-1, (heads, -1)) for t in (q, k, v)), scale).flatten(-2)
-
-    names = ("attention", "attention_on_kernel", "qk_rms_norm_rope_attention")
-    saved = [getattr(ltx.layers, name) for name in names]
-    for name, fn in zip(names, (record, lambda q, k, v: True, record_after_prologue)):  # on the CPU too
-        setattr(ltx.layers, name, fn)
+    saved = ltx.layers.attention, ltx.layers.attention_on_kernel
+    ltx.layers.attention, ltx.layers.attention_on_kernel = record, lambda q, k, v: True  # on the CPU too
     try:
         model = tiny_ltx(config, dtype=dtype, device=device)
         hd.kernelize(model, kernel=ltx, mode=Mode.INFERENCE)
         with torch.no_grad():
             out = model(**ltx_inputs(config, tokens=tokens, dtype=dtype, device=device))[0]
     finally:
-        for name, fn in zip(names, saved):
-            setattr(ltx.layers, name, fn)
+        ltx.layers.attention, ltx.layers.attention_on_kernel = saved
     return calls, out
 
 

@@ -447,9 +447,8 @@ def test_kernelize_from_the_hub_by_repo_id(hub, ltx_build):
 
 @pytest.mark.gpu
 def test_on_an_h100_or_h200_ltx_self_attention_runs_the_kernels_attention(ltx):
-    """Head dim 64 in bf16 on sm_90: the kernelized processor's self-attention is the kernel's, with the q/k
-    prologue in the same op (qk_rms_norm_rope_attention), eager and compiled whole; with diffusers' attention
-    backend chosen ("native"), the prologue op and torch's SDPA again."""
+    """Head dim 64 in bf16 on sm_90: the kernelized processor's self-attention is ltx_kernels.attention, eager
+    and compiled whole; with diffusers' attention backend chosen ("native"), torch's SDPA again."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the attention kernel is built for sm_90a (H100, H200)")
     config = dict(TINY_CONFIG, attention_head_dim=64, cross_attention_dim=4 * 64)  # LTX: text width = inner width
@@ -460,11 +459,8 @@ def test_on_an_h100_or_h200_ltx_self_attention_runs_the_kernels_attention(ltx):
         model.set_attention_backend("native")
         native_calls = op_calls(lambda: model(**inputs))
         model.reset_attention_backend()
-    fused = "qk_rms_norm_rope_attention"
-    assert calls[fused] == compiled_calls[fused] == LAYERS  # self-attention; cross-attention: SDPA
-    assert "qk_rms_norm_rope_grid" not in calls and "attention" not in calls
-    assert fused not in native_calls and "attention" not in native_calls
-    assert native_calls["qk_rms_norm_rope_grid"] == LAYERS
+    assert calls["attention"] == compiled_calls["attention"] == LAYERS  # self-attention; cross-attention: SDPA
+    assert "attention" not in native_calls
     torch.testing.assert_close(eager, ref, rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(compiled, ref, rtol=2e-2, atol=2e-2)
 

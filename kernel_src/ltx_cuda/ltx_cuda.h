@@ -65,28 +65,4 @@ void qk_rms_norm_rope_grid(void* q_out, void* k_out, const void* q, const void* 
                            const float* freqs, int64_t rows, int64_t dim, float eps, DType dtype,
                            cudaStream_t stream);
 
-// A second stream of the current device, forked from `main` (it starts after all that main has queued) and
-// joined back to it when the Overlap ends (main waits for all queued on it): work queued on side() meanwhile
-// runs beside main's. One such stream per device, non-blocking (no implicit wait on the legacy default stream)
-// and at the device's highest priority, so its blocks take SMs as soon as they free; an Overlap holds it from
-// fork to join. Fork and join are stream-ordered events, so a CUDA graph captures them. error(): nullptr, or
-// why the fork failed (then side() is main and nothing overlaps).
-class Overlap {
- public:
-  explicit Overlap(cudaStream_t main);
-  ~Overlap();
-  Overlap(const Overlap&) = delete;
-  Overlap& operator=(const Overlap&) = delete;
-
-  cudaStream_t side() const { return side_; }
-  const char* error() const { return error_; }
-
- private:
-  struct Slot;
-  cudaStream_t main_;
-  cudaStream_t side_;
-  Slot* slot_ = nullptr;
-  const char* error_ = nullptr;
-};
-
 }  // namespace ltx_cuda

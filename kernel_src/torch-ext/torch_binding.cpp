@@ -228,18 +228,6 @@ void check_float_table(const char* op, const Tensor& q, const Tensor& t, const c
           shape_name(shape), " (", what, " for q of shape ", shape_name(q.sizes()), ")");
 }
 
-// qk_rms_norm_rope_grid's arguments: q and k, their norm weights, the positions and frequencies.
-void check_grid_prologue(const char* op, const Tensor& q, const Tensor& k, const Tensor& weight_q,
-                         const Tensor& weight_k, const Tensor& pos, const Tensor& freqs) {
-  check_qk(op, q, k);
-  check_weight(op, q, weight_q, "weight_q", "q");
-  check_weight(op, q, weight_k, "weight_k", "q");
-  Shape pos_shape = shape_of(q);
-  pos_shape.back() = 3;
-  check_float_table(op, q, pos, "pos", pos_shape, "positions (frame, height, width per token)");
-  check_float_table(op, q, freqs, "freqs", {last_dim(q) / 6}, "RoPE frequencies (hidden size / 6)");
-}
-
 // ---------------------------------------------------------------------------------------------
 // Layouts the kernels read. x-like tensors, weights and tables: contiguous (a strided view is
 // copied once, as ATen's own ops do). Modulation/gate tensors: read in place through their
@@ -576,7 +564,15 @@ std::tuple<Tensor, Tensor> qk_rms_norm_rope_grid(const Tensor& q_in, const Tenso
                                                  const Tensor& weight_k_in, const Tensor& pos_in,
                                                  const Tensor& freqs_in, double eps) {
   constexpr const char* op = "qk_rms_norm_rope_grid";
-  check_grid_prologue(op, q_in, k_in, weight_q_in, weight_k_in, pos_in, freqs_in);
+  check_qk(op, q_in, k_in);
+  check_weight(op, q_in, weight_q_in, "weight_q", "q");
+  check_weight(op, q_in, weight_k_in, "weight_k", "q");
+  Shape pos_shape = shape_of(q_in);
+  pos_shape.back() = 3;
+  check_float_table(op, q_in, pos_in, "pos", pos_shape,
+                    "positions (frame, height, width per token)");
+  check_float_table(op, q_in, freqs_in, "freqs", {last_dim(q_in) / 6},
+                    "RoPE frequencies (hidden size / 6)");
   const Launch launch(q_in);
   const Tensor q = dense(q_in), k = dense(k_in), wq = dense(weight_q_in), wk = dense(weight_k_in);
   const Tensor pos = dense(pos_in), freqs = dense(freqs_in);
@@ -599,34 +595,30 @@ std::tuple<Tensor, Tensor> qk_rms_norm_rope_grid(const Tensor& q_in, const Tenso
 }
 
 #if defined(CUDA_KERNEL)
-// What the sm_90a attention kernel takes: bf16 q on an sm_90 GPU, k and v like q. `fallback`: the Python
-// function that checks the device first and runs torch's SDPA elsewhere.
-void check_sm90_attention(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const char* fallback) {
-  require(q.scalar_type() == ScalarType::BFloat16, op, "q has dtype ", dtype_name(q.scalar_type()),
-          "; the kernel takes bfloat16 (use ", fallback, " for the others)");
-  const auto like_q = [&](const Tensor& t, const char* name) {
-    check_device(op, q, t, name, "q");
-    check_same_dtype(op, q, t, name, "q");
-    require(shape_of(t) == shape_of(q), op, name, " has shape ", shape_name(t.sizes()), " but q has ",
-            shape_name(q.sizes()), "; self-attention takes q, k and v of one shape");
-  };
-  like_q(k, "k");
-  like_q(v, "v");
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q.get_device_index());
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, q.get_device_index());
-  require(major == 9 && minor == 0, op, "needs an sm_90 GPU (H100, H200); ", device_name(q.device()), " is sm_",
-          std::to_string(major * 10 + minor), "; use ", fallback, " there");
-}
-
-// Self-attention over [B, S, H, 64] bf16 q, k, v on an sm_90 GPU (the kernel is built for sm_90a only).
+// Self-attention over [B, S, H, 64] bf16 q, k, v on an sm_90 GPU: the kernel is built for sm_90a only, so
+// ltx_kernels.attention checks the device first and calls torch's SDPA elsewhere.
 Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {
   constexpr const char* op = "attention";
   check_input(op, q_in, "q");
   require(q_in.dim() == 4 && q_in.size(3) == 64, op,
           "q must be [batch, tokens, heads, 64] (the head dimension is 64), got shape ",
           shape_name(q_in.sizes()));
-  check_sm90_attention(op, q_in, k_in, v_in, "ltx_kernels.attention");
+  require(q_in.scalar_type() == ScalarType::BFloat16, op, "q has dtype ", dtype_name(q_in.scalar_type()),
+          "; the kernel takes bfloat16 (torch.nn.functional.scaled_dot_product_attention takes the others)");
+  const auto like_q = [&](const Tensor& t, const char* name) {
+    check_device(op, q_in, t, name, "q");
+    check_same_dtype(op, q_in, t, name, "q");
+    require(shape_of(t) == shape_of(q_in), op, name, " has shape ", shape_name(t.sizes()), " but q has ",
+            shape_name(q_in.sizes()), "; self-attention takes q, k and v of one shape");
+  };
+  like_q(k_in, "k");
+  like_q(v_in, "v");
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, q_in.get_device_index());
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, q_in.get_device_index());
+  require(major == 9 && minor == 0, op, "needs an sm_90 GPU (H100, H200); ", device_name(q_in.device()),
+          " is sm_", std::to_string(major * 10 + minor),
+          "; use torch.nn.functional.scaled_dot_product_attention there (ltx_kernels.attention does)");
   const Launch launch(q_in);
   const Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in);
   Tensor out = output_like(q);
@@ -634,52 +626,6 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
   const char* why = ltx_cuda_sm90::attention(ptr(out), ptr(q), ptr(k), ptr(v), q.size(0), q.size(1), q.size(2),
                                              static_cast<float>(scale), launch.stream());
   require(why == nullptr, op, why ? why : "");
-  launch.check();
-  return out;
-}
-
-// LTX-Video's self-attention from its projections: [B, S, hidden] q, k, v (hidden / 64 heads of 64), q and k
-// through qk_rms_norm_rope_grid, then the attention kernel; out [B, S, hidden]. The prologue is memory-bound
-// and the attention compute-bound, so batch 0 goes first (its prologue, then its attention on the caller's
-// stream) and batches 1.. run on a side stream forked after batch 0's prologue: their prologue under batch 0's
-// attention, their attention beside its last wave. Every output is the two ops' own, bit for bit.
-Tensor qk_rms_norm_rope_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                  const Tensor& weight_q_in, const Tensor& weight_k_in, const Tensor& pos_in,
-                                  const Tensor& freqs_in, double eps, double scale) {
-  constexpr const char* op = "qk_rms_norm_rope_attention";
-  check_grid_prologue(op, q_in, k_in, weight_q_in, weight_k_in, pos_in, freqs_in);
-  require(q_in.dim() == 3 && q_in.size(2) % 64 == 0, op,
-          "q must be [batch, tokens, hidden] with hidden a multiple of 64 (heads of 64), got shape ",
-          shape_name(q_in.sizes()));
-  check_sm90_attention(op, q_in, k_in, v_in, "ltx_kernels.qk_rms_norm_rope_attention");
-  const Launch launch(q_in);
-  const Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in), wq = dense(weight_q_in),
-               wk = dense(weight_k_in), pos = dense(pos_in), freqs = dense(freqs_in);
-  Tensor q_out = output_like(q), k_out = output_like(q), out = output_like(q);
-  const int64_t batch = q.size(0), tokens = q.size(1), dim = q.size(2);
-  if (q.numel() == 0) return out;
-  // batches [b, b + n) of a [B, S, dim] bf16 tensor
-  const auto at = [&](const Tensor& t, int64_t b) { return static_cast<char*>(ptr(t)) + b * tokens * dim * 2; };
-  const auto prologue = [&](int64_t b, int64_t n, cudaStream_t stream) {
-    native::qk_rms_norm_rope_grid(at(q_out, b), at(k_out, b), at(q, b), at(k, b), ptr(wq), ptr(wk),
-                                  fptr(pos) + b * tokens * 3, fptr(freqs), n * tokens, dim,
-                                  static_cast<float>(eps), native_dtype(q), stream);
-  };
-  const auto attend = [&](int64_t b, int64_t n, cudaStream_t stream) {
-    const char* why = ltx_cuda_sm90::attention(at(out, b), at(q_out, b), at(k_out, b), at(v, b), n, tokens,
-                                               dim / 64, static_cast<float>(scale), stream);
-    require(why == nullptr, op, why ? why : "");
-  };
-  prologue(0, 1, launch.stream());
-  if (batch > 1) {
-    const native::Overlap overlap(launch.stream());
-    require(overlap.error() == nullptr, op, overlap.error() ? overlap.error() : "");
-    attend(0, 1, launch.stream());
-    prologue(1, batch - 1, overlap.side());
-    attend(1, batch - 1, overlap.side());
-  } else {
-    attend(0, 1, launch.stream());
-  }
   launch.check();
   return out;
 }
@@ -708,9 +654,6 @@ LTX_LIBRARY(TORCH_EXTENSION_NAME, m) {
       "qk_rms_norm_rope_grid(Tensor q, Tensor k, Tensor weight_q, Tensor weight_k, Tensor pos, "
       "Tensor freqs, float eps) -> (Tensor, Tensor)");
   m.def("attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
-  m.def(
-      "qk_rms_norm_rope_attention(Tensor q, Tensor k, Tensor v, Tensor weight_q, Tensor weight_k, "
-      "Tensor pos, Tensor freqs, float eps, float scale) -> Tensor");
 }
 
 #if defined(CPU_KERNEL)
@@ -730,7 +673,6 @@ LTX_LIBRARY_IMPL(TORCH_EXTENSION_NAME, LTX_DISPATCH_KEY, m) {
   m.impl("qk_rms_norm_rope_grid", TORCH_BOX(&qk_rms_norm_rope_grid));
 #if defined(CUDA_KERNEL)
   m.impl("attention", TORCH_BOX(&attention));
-  m.impl("qk_rms_norm_rope_attention", TORCH_BOX(&qk_rms_norm_rope_attention));
 #endif
 }
 

@@ -78,12 +78,6 @@ def main(argv: list[str]) -> int:
     def streams_side_normal(*a):  # type: ignore[no-untyped-def]
         return streams(*a, attn_on_side=True, side=normal)
 
-    def fused(q, k, v, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
-        return kernel.qk_rms_norm_rope_attention(q, k, v, wq, wk, pos, freqs, HID // 64, 1e-5)
-
-    def fused_op(q, k, v, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
-        return kernel.ops.qk_rms_norm_rope_attention(q, k, v, wq, wk, pos, freqs, 1e-5, 0.125)
-
     def prologue(q, k, v, wq, wk, pos, freqs):  # type: ignore[no-untyped-def]
         return kernel.qk_rms_norm_rope_grid(q, k, wq, wk, pos, freqs, 1e-5)
 
@@ -97,8 +91,7 @@ def main(argv: list[str]) -> int:
         for name, fn in [("prologue", prologue), ("attention", attention), ("sequential", seq),
                          ("batch halves, one stream", halves), ("two streams, attention(1) on main", streams),
                          ("two streams, attention(1) on side", streams_side),
-                         ("the same, side at normal priority", streams_side_normal),
-                         ("qk_rms_norm_rope_attention", fused), ("its op, no Python checks", fused_op)]:  # fmt: skip
+                         ("the same, side at normal priority", streams_side_normal)]:  # fmt: skip
             if name not in ("prologue", "attention"):
                 got = fn(*sets[0])
                 torch.cuda.synchronize()

@@ -1,6 +1,4 @@
-"""ltx_kernels.attention: torch's SDPA on the CPU, the sm_90a kernel on an H100/H200, both traceable; and
-qk_rms_norm_rope_attention, LTX-Video's self-attention from its projections (the q/k prologue, then attention),
-one op on the GPU that gives the two ops' results bit for bit.
+"""ltx_kernels.attention: torch's SDPA on the CPU, the sm_90a kernel on an H100/H200, both traceable.
 
 The GPU half is the kernel's quality gate: on LTX-Video 2B's self-attention shape and on token counts that
 fill no tile, with Gaussian inputs and with channel outliers in K as real checkpoints have, the kernel's error
@@ -72,56 +70,6 @@ def test_attention_traces_whole_under_torch_compile(ltx):
     q, k, v = _qkv(1, 40, 2, dtype=torch.float32)
     compiled = torch.compile(lambda q, k, v: ltx.attention(q, k, v) * 2, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(q, k, v), ltx.attention(q, k, v) * 2)
-
-
-def _projections(b: int, s: int, heads: int, d: int = 64, *, dtype=torch.bfloat16, device="cpu", seed=0):
-    """q, k, v as LTX-Video's projections give them ([B, S, heads * d]), the q/k norm weights, token positions
-    and RoPE frequencies: qk_rms_norm_rope_attention's arguments before `heads`."""
-    gen = torch.Generator().manual_seed(seed)
-    hidden = heads * d
-    q, k, v = (torch.randn(b, s, hidden, generator=gen).to(dtype) for _ in range(3))
-    wq, wk = ((1 + 0.1 * torch.randn(hidden, generator=gen)).to(dtype) for _ in range(2))
-    pos, freqs = torch.rand(b, s, 3, generator=gen) * 8, torch.rand(hidden // 6, generator=gen) * 3
-    return [t.to(device) for t in (q, k, v, wq, wk, pos, freqs)]
-
-
-def _prologue_then_attention(ltx, q, k, v, wq, wk, pos, freqs, heads, attention=None):
-    """What qk_rms_norm_rope_attention must equal: the prologue op, then the attention on the heads' views."""
-    q, k = ltx.qk_rms_norm_rope_grid(q, k, wq, wk, pos, freqs)
-    return (attention or ltx.attention)(*(t.unflatten(-1, (heads, -1)) for t in (q, k, v))).flatten(-2)
-
-
-@pytest.mark.parametrize("heads, d", [(3, 64), (6, 32)], ids=["heads-of-64", "heads-of-32"])
-def test_on_the_cpu_self_attention_from_the_projections_is_the_prologue_then_sdpa(ltx, heads, d):
-    args = _projections(2, 50, heads, d, dtype=torch.float32)
-    out = ltx.qk_rms_norm_rope_attention(*args, heads=heads)
-    assert out.shape == args[0].shape
-    assert torch.equal(out, _prologue_then_attention(ltx, *args, heads, attention=_sdpa))
-
-
-def test_the_fused_op_has_a_fake_implementation_that_checks_like_the_kernel(ltx):
-    q, k, v, wq, wk, pos, freqs = (t.to("meta") for t in _projections(2, 300, 4))
-    out = ltx.ops.qk_rms_norm_rope_attention(q, k, v, wq, wk, pos, freqs, 1e-5, 0.125)
-    assert out.shape == q.shape and out.dtype == torch.bfloat16 and out.is_contiguous()
-    op = "ltx_kernels.qk_rms_norm_rope_attention"
-    narrow = [t.to("meta") for t in _projections(2, 30, 3, d=32)]
-    with pytest.raises(RuntimeError, match=rf"{op}: q must be \[batch, tokens, hidden\] with hidden a multiple of 64"):
-        ltx.ops.qk_rms_norm_rope_attention(*narrow, 1e-5, 0.125)
-    half = [t.half() if t.dtype == torch.bfloat16 else t for t in (q, k, v, wq, wk, pos, freqs)]
-    with pytest.raises(RuntimeError, match=rf"{op}: q has dtype torch.float16; the kernel takes bfloat16 \(use {op}"):
-        ltx.ops.qk_rms_norm_rope_attention(*half, 1e-5, 0.125)
-    with pytest.raises(RuntimeError, match=rf"{op}: v has shape .* self-attention takes one shape"):
-        ltx.ops.qk_rms_norm_rope_attention(q, k, v[:, :10], wq, wk, pos, freqs, 1e-5, 0.125)
-    with pytest.raises(RuntimeError, match=rf"{op}: pos has shape \[2, 300, 2\] but must be \[2, 300, 3\]"):
-        ltx.ops.qk_rms_norm_rope_attention(q, k, v, wq, wk, pos[..., :2], freqs, 1e-5, 0.125)
-
-
-def test_self_attention_from_the_projections_traces_whole_under_torch_compile(ltx):
-    args = _projections(1, 40, 2, dtype=torch.float32)
-    compiled = torch.compile(
-        lambda *a: ltx.qk_rms_norm_rope_attention(*a, heads=2) * 2, fullgraph=True, backend="eager"
-    )
-    torch.testing.assert_close(compiled(*args), ltx.qk_rms_norm_rope_attention(*args, heads=2) * 2)
 
 
 @pytest.mark.parametrize("k_outliers", [False, True], ids=["gaussian", "k-outliers"])
@@ -244,45 +192,6 @@ def test_the_kernel_refuses_what_it_cannot_run_in_words(ltx):
     torch.testing.assert_close(ltx.attention(q.half(), k.half(), v.half()), _sdpa(q.half(), k.half(), v.half()))
     with pytest.raises(RuntimeError, match="ltx_kernels.attention: k is on cpu but q is on cuda:0"):
         ltx.ops.attention(q, k.cpu(), v, 0.125)
-    args = [t.half() if t.dtype == torch.bfloat16 else t for t in _projections(2, 64, 2, device="cuda")]
-    out = ltx.qk_rms_norm_rope_attention(*args, heads=2)  # fp16: the prologue op, then torch's SDPA
-    assert torch.equal(out, _prologue_then_attention(ltx, *args, 2))
-
-
-@pytest.mark.gpu
-@needs_sm90
-@pytest.mark.parametrize(
-    "b, s, heads, strided",
-    [(2, 6144, 32, False), (1, 1000, 3, False), (3, 777, 4, False), (2, 300, 2, True)],
-    ids=["ltx-2b", "one-batch", "three-batches", "qkv-views"],
-)
-def test_on_the_gpu_the_fused_op_gives_the_two_ops_results_bit_for_bit(ltx, b, s, heads, strided):
-    """Batches 1.. on a second stream, under batch 0's attention: the same bits as the two ops in turn, for one
-    batch (no second stream), two and three, and for q, k, v given as views of one fused projection."""
-    q, k, v, wq, wk, pos, freqs = _projections(b, s, heads, device="cuda")
-    if strided:
-        q, k, v = torch.cat([q, k, v], dim=-1).split(q.shape[-1], dim=-1)
-        assert not q.is_contiguous()
-    views = [t.unflatten(-1, (heads, -1)) for t in (q, k, v)]
-    assert ltx.attention_on_kernel(*views)
-    out = ltx.qk_rms_norm_rope_attention(q, k, v, wq, wk, pos, freqs, heads=heads)
-    assert torch.equal(out, _prologue_then_attention(ltx, q, k, v, wq, wk, pos, freqs, heads))
-
-
-@pytest.mark.gpu
-@needs_sm90
-def test_on_the_gpu_the_fused_op_traces_whole_replays_in_a_cuda_graph_and_matches_eager(ltx):
-    args = _projections(2, 500, 2, device="cuda")
-    eager = ltx.qk_rms_norm_rope_attention(*args, heads=2)
-    compiled = torch.compile(lambda *a: ltx.qk_rms_norm_rope_attention(*a, heads=2) + 1, fullgraph=True)
-    assert torch.equal(compiled(*args), eager + 1)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # its side stream forks from and joins the capturing stream
-        out = ltx.qk_rms_norm_rope_attention(*args, heads=2)
-    args[2].mul_(-1)  # v, read by both batches' attention: the replay must see it
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, ltx.qk_rms_norm_rope_attention(*args, heads=2)) and not torch.equal(out, eager)
 
 
 KERNEL_SM90 = Path(__file__).resolve().parents[2] / "kernel_src" / "ltx_cuda_sm90"

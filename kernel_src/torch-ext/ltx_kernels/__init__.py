@@ -16,11 +16,7 @@ from typing import Optional
 import torch
 
 from . import _autograd, _fake, layers  # noqa: F401  (register fake implementations and autograd)
-from ._attention import (  # noqa: F401  (attention_on_kernel: a predicate, not an op: outside __all__)
-    attention,
-    attention_on_kernel,
-    qk_rms_norm_rope_attention,
-)
+from ._attention import attention, attention_on_kernel  # noqa: F401  (a predicate, not an op: outside __all__)
 from ._ops import ops
 
 __all__ = [
@@ -30,7 +26,6 @@ __all__ = [
     "gelu_tanh",
     "layers",
     "qk_rms_norm_rope",
-    "qk_rms_norm_rope_attention",
     "qk_rms_norm_rope_grid",
     "rms_norm",
     "rms_norm_modulate",

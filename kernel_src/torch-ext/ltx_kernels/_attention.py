@@ -1,5 +1,4 @@
-"""Self-attention on Hopper: the sm_90a kernel where it runs, torch's SDPA everywhere else; and LTX-Video's
-self-attention from its projections, the q/k prologue and the attention as one op there."""
+"""Self-attention on Hopper: the sm_90a kernel where it runs, torch's SDPA everywhere else."""
 
 from __future__ import annotations
 
@@ -36,30 +35,6 @@ def attention_on_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bo
         and _CUDA_BUILD
         and torch.cuda.get_device_capability(q.device) == (9, 0)
     )
-
-
-def qk_rms_norm_rope_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    weight_q: torch.Tensor,
-    weight_k: torch.Tensor,
-    pos: torch.Tensor,
-    freqs: torch.Tensor,
-    heads: int,
-    eps: float = 1e-5,
-    scale: Optional[float] = None,
-) -> torch.Tensor:
-    """LTX-Video's self-attention from its projections, [B, S, hidden] q, k, v in ``heads`` heads:
-    :func:`~ltx_kernels.qk_rms_norm_rope_grid` on q and k, then :func:`attention`; returns [B, S, hidden].
-    Where the kernel runs (:func:`attention_on_kernel` of the heads' views) one op, which runs batches 1.. of
-    the memory-bound prologue on a second stream under batch 0's attention: the same results, bit for bit."""
-    views = [t.unflatten(-1, (heads, -1)) for t in (q, k, v)]
-    scale = views[0].shape[-1] ** -0.5 if scale is None else float(scale)
-    if attention_on_kernel(*views):
-        return ops.qk_rms_norm_rope_attention(q, k, v, weight_q, weight_k, pos, freqs, float(eps), scale)
-    q, k = ops.qk_rms_norm_rope_grid(q, k, weight_q, weight_k, pos, freqs, float(eps))
-    return attention(q.unflatten(-1, (heads, -1)), k.unflatten(-1, (heads, -1)), views[2], scale).flatten(-2)
 
 
 # Read once, so torch.compile sees a constant: this build registers the attention kernel for CUDA.

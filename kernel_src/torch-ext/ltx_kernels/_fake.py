@@ -206,24 +206,13 @@ def _qk_rms_norm_rope_grid_fake(
     freqs: torch.Tensor,
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_grid_prologue("qk_rms_norm_rope_grid", q, k, weight_q, weight_k, pos, freqs)
-    return _out(q), _out(k)
-
-
-def _check_grid_prologue(
-    op: str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    weight_q: torch.Tensor,
-    weight_k: torch.Tensor,
-    pos: torch.Tensor,
-    freqs: torch.Tensor,
-) -> None:
+    op = "qk_rms_norm_rope_grid"
     _check_qk(op, q, k)
     _check_weight(op, q, weight_q, "weight_q", "q")
     _check_weight(op, q, weight_k, "weight_k", "q")
     _check_float_table(op, q, pos, "pos", [*q.shape[:-1], 3], "positions (frame, height, width per token)")
     _check_float_table(op, q, freqs, "freqs", [q.shape[-1] // 6], "RoPE frequencies (hidden size / 6)")
+    return _out(q), _out(k)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("attention"))
@@ -232,36 +221,11 @@ def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     _check_input(op, q, "q")
     if q.dim() != 4 or q.shape[-1] != 64:
         _fail(op, f"q must be [batch, tokens, heads, 64] (the head dimension is 64), got shape {list(q.shape)}")
-    _check_sm90_attention(op, q, k, v, "ltx_kernels.attention")
-    return _out(q)
-
-
-def _check_sm90_attention(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fallback: str) -> None:
     if q.dtype != torch.bfloat16:
-        _fail(op, f"q has dtype {q.dtype}; the kernel takes bfloat16 (use {fallback} for the others)")
+        _fail(op, f"q has dtype {q.dtype}; the kernel takes bfloat16 (torch's SDPA takes the others)")
     for t, name in ((k, "k"), (v, "v")):
         _check_device(op, q, t, name, "q")
         _check_dtype(op, q, t, name, "q")
         if t.shape != q.shape:
             _fail(op, f"{name} has shape {list(t.shape)} but q has {list(q.shape)}; self-attention takes one shape")
-
-
-@torch.library.register_fake(add_op_namespace_prefix("qk_rms_norm_rope_attention"))
-def _qk_rms_norm_rope_attention_fake(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    weight_q: torch.Tensor,
-    weight_k: torch.Tensor,
-    pos: torch.Tensor,
-    freqs: torch.Tensor,
-    eps: float,
-    scale: float,
-) -> torch.Tensor:
-    op = "qk_rms_norm_rope_attention"
-    _check_grid_prologue(op, q, k, weight_q, weight_k, pos, freqs)
-    if q.dim() != 3 or q.shape[-1] % 64:
-        shape = list(q.shape)
-        _fail(op, f"q must be [batch, tokens, hidden] with hidden a multiple of 64 (heads of 64), got shape {shape}")
-    _check_sm90_attention(op, q, k, v, "ltx_kernels.qk_rms_norm_rope_attention")
     return _out(q)

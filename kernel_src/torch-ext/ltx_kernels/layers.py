@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._attention import attention, attention_on_kernel, qk_rms_norm_rope_attention
+from ._attention import attention, attention_on_kernel
 from ._linear import linear_gelu_tanh
 from ._ops import ops
 from ._rope_tables import rope_positions, rope_tables
@@ -307,8 +307,7 @@ class LTXVideoAttnProcessor:
     """Diffusers' ``LTXVideoAttnProcessor`` with the attention prologue fused: with RoPE (self-attention),
     q/k RMSNorm + RoPE is one ``qk_rms_norm_rope_grid`` (given ``LTXRopePositions``) or ``qk_rms_norm_rope``
     (given cos/sin) call; otherwise the q/k norms run as modules. Unmasked self-attention with no backend or
-    parallel config chosen runs ``ltx_kernels.attention``'s kernel where it can (an sm_90 GPU, bf16, head dim 64),
-    given positions as one ``qk_rms_norm_rope_attention`` with the prologue;
+    parallel config chosen runs ``ltx_kernels.attention``'s kernel where it can (an sm_90 GPU, bf16, head dim 64);
     everything else goes through the model module's ``dispatch_attention_fn`` with this processor's backend and
     parallel config, as in the original."""
 
@@ -353,16 +352,6 @@ class LTXVideoAttnProcessor:
             and norm_q.eps == norm_k.eps
         )
         eps = float(norm_q.eps if norm_q.eps is not None else torch.finfo(torch.float32).eps)
-        # this package's attention takes over only where nothing asks for diffusers' dispatch
-        own_attention = attention_mask is None and self._attention_backend is None and self._parallel_config is None
-        heads = [t.unflatten(2, (attn.heads, -1)) for t in (query, key, value)]
-        if fused and positions is not None and own_attention and attention_on_kernel(*heads):
-            # the prologue and the kernel's attention as one op (batch 1's prologue under batch 0's attention)
-            hidden_states = qk_rms_norm_rope_attention(
-                query, key, value, norm_q.weight, norm_k.weight, positions.pos, positions.freqs, attn.heads, eps
-            )
-            hidden_states = attn.to_out[0](hidden_states)
-            return attn.to_out[1](hidden_states)
         if fused and positions is not None:
             query, key = ops.qk_rms_norm_rope_grid(
                 query, key, norm_q.weight, norm_k.weight, positions.pos, positions.freqs, eps
@@ -384,7 +373,12 @@ class LTXVideoAttnProcessor:
         key = key.unflatten(2, (attn.heads, -1))
         value = value.unflatten(2, (attn.heads, -1))
 
-        if own_attention and attention_on_kernel(query, key, value):
+        if (
+            attention_mask is None
+            and self._attention_backend is None
+            and self._parallel_config is None
+            and attention_on_kernel(query, key, value)
+        ):
             hidden_states = attention(query, key, value)  # this package's kernel on sm_90, same layout
         else:
             # diffusers before 0.36 has no context parallelism: its dispatch takes no parallel_config
