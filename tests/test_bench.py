@@ -172,6 +172,17 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
     assert data["shape"] == [4096] and all(r["max_rel_err"] < 1e-5 for r in data["rows"])
 
 
+def test_two_kernels_with_a_benchmark_file_of_one_name_each_get_their_own(tmp_path):
+    """discover() imports each kernel's benchmarks/benchmark_ops.py as its own module, not the first one again."""
+    for name in ("one", "two"):
+        (tmp_path / name / "benchmarks").mkdir(parents=True)
+        (tmp_path / name / "benchmarks" / "benchmark_ops.py").write_text(
+            f"from hubkernels.author.bench import Benchmark\n\nclass {name.title()}(Benchmark):\n    pass\n"
+        )
+    assert [c.__name__ for c in bench.discover(tmp_path / "one")] == ["One"]
+    assert [c.__name__ for c in bench.discover(tmp_path / "two")] == ["Two"]
+
+
 def test_a_benchmark_written_against_the_old_module_path_still_runs(tmp_path):
     """`hubkernels.bench` moved to `hubkernels.author.bench`: a kernel's benchmark file that imports the old path
     still gets the same `Benchmark` class, with a DeprecationWarning naming the new path."""

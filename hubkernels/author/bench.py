@@ -13,6 +13,7 @@ The copy bandwidth is measured in the same run, and every op reports the percent
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
 import platform
@@ -103,7 +104,9 @@ def discover(path: str | Path) -> list[type[Benchmark]]:
         )
     found: list[type[Benchmark]] = []
     for script in scripts:
-        module = load_script(script, f"_hubkernels_bench_{script.stem}")
+        # one module per file: another kernel's benchmark_ops.py is another module
+        digest = hashlib.sha1(str(script.resolve()).encode()).hexdigest()[:12]
+        module = load_script(script, f"_hubkernels_bench_{script.stem}_{digest}")
         found += [
             v
             for v in vars(module).values()
