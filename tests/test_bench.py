@@ -183,6 +183,30 @@ def test_two_kernels_with_a_benchmark_file_of_one_name_each_get_their_own(tmp_pa
     assert [c.__name__ for c in bench.discover(tmp_path / "two")] == ["Two"]
 
 
+def test_a_peer_named_for_no_method_is_said_in_one_line(ltx, tmp_path, capsys):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "benchmark_typo.py").write_text(
+        "import torch\n"
+        "from hubkernels.author.bench import Benchmark\n\n"
+        "class Typo(Benchmark):\n"
+        "    shape = {'n': 64}\n"
+        "    peers = {'gelu_tanh': {'by method': 'op_agian'}}\n\n"
+        "    def setup_gelu_tanh(self):\n"
+        "        return (self.randn(self.shape['n']),)\n\n"
+        "    def benchmark_gelu_tanh(self, x):\n"
+        "        return self.kernel.gelu_tanh(x)\n\n"
+        "    def verify_gelu_tanh(self, x):\n"
+        "        return torch.nn.functional.gelu(x, approximate='tanh')\n\n"
+        "    def op_again(self, x):\n"
+        "        return self.kernel.gelu_tanh(x)\n"
+    )
+    argv = ["bench", str(tmp_path), "--kernel", str(ROOT), "--device", "cpu", "--iters", "1", "--warmup", "0"]
+    rc = main([*argv, "--no-compile"])
+    err = capsys.readouterr().err
+    says = "Typo.peers['gelu_tanh']['by method'] names 'op_agian', which is no method of Typo"
+    assert rc == 2 and says in err.splitlines()[-1] and "Traceback" not in err, err  # (a dirty tree's warning above)
+
+
 def test_a_benchmark_written_against_the_old_module_path_still_runs(tmp_path):
     """`hubkernels.bench` moved to `hubkernels.author.bench`: a kernel's benchmark file that imports the old path
     still gets the same `Benchmark` class, with a DeprecationWarning naming the new path."""

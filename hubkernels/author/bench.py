@@ -206,9 +206,7 @@ def run(
             "ours": getattr(bench, f"benchmark_{op}"),
             bench.eager_name.get(op, "eager"): eager,
         }
-        candidates.update(
-            {name: getattr(bench, p) if isinstance(p, str) else p for name, p in bench.peers.get(op, {}).items()}
-        )
+        candidates.update({name: _peer(bench, op, name, p) for name, p in bench.peers.get(op, {}).items()})
         if compile_peers:
             candidates["torch.compile"] = torch.compile(eager, dynamic=False)
         ref = reference(bench, op, inputs[0])
@@ -245,6 +243,17 @@ def format_report(report: Report) -> str:
 
 
 # ---- timing -------------------------------------------------------------------------------------
+
+
+def _peer(bench: Benchmark, op: str, name: str, peer: Callable[..., Any] | str) -> Callable[..., Any]:
+    """A peer as declared: a function, or the name of one of the benchmark's methods."""
+    if not isinstance(peer, str):
+        return peer
+    fn = getattr(bench, peer, None)
+    if not callable(fn):
+        cls = type(bench).__name__
+        raise UsageError(f"{cls}.peers[{op!r}][{name!r}] names {peer!r}, which is no method of {cls}")
+    return fn
 
 
 def time_calls(
