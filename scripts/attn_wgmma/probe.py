@@ -642,7 +642,10 @@ __device__ __forceinline__ void tma_load_mc(void* dst, const CUtensorMap* map, u
           load_tile(sm.v[s], &tv, &sm.v_full[s], j * BN, kRowBytes);
         };""",
     ),
-    ("    if (w >= nwg) return;  // a narrow CTA's idle consumer", "    if (w >= nwg) {\n      cluster_sync();\n      return;\n    }"),
+    (
+        "    if (w >= nwg) return;  // a narrow CTA's idle consumer",
+        "    if (w >= nwg) {\n      cluster_sync();\n      return;\n    }",
+    ),
     (
         """        __syncwarp();
         if (lane == 0) mbar_arrive(&sm.empty[s]);""",
@@ -657,10 +660,16 @@ __device__ __forceinline__ void tma_load_mc(void* dst, const CUtensorMap* map, u
         if (lane == 0) mbar_arrive(bar);
         if (lane == 1 && shared) mbar_arrive_remote(bar, rank ^ 1u);""",
     ),
-    ("      }\n    }\n  }\n}\n\nusing EncodeTiled", "      }\n    }\n  }\n  cluster_sync();  // no arrival or copy of the partner's still to come\n}\n\nusing EncodeTiled"),
     (
-        "!make_map(&tk, k, batch, tokens, heads, BN, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||\n      !make_map(&tv, v, batch, tokens, heads, BN)",
-        "!make_map(&tk, k, batch, tokens, heads, BN / 2, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||\n      !make_map(&tv, v, batch, tokens, heads, BN / 2)",
+        "      }\n    }\n  }\n}\n\nusing EncodeTiled",
+        "      }\n    }\n  }\n  cluster_sync();  // no arrival or copy of the partner's still to come\n}\n\n"
+        "using EncodeTiled",
+    ),
+    (
+        "!make_map(&tk, k, batch, tokens, heads, BN, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||\n"
+        "      !make_map(&tv, v, batch, tokens, heads, BN)",
+        "!make_map(&tk, k, batch, tokens, heads, BN / 2, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||\n"
+        "      !make_map(&tv, v, batch, tokens, heads, BN / 2)",
     ),
     ("kernel<<<static_cast<unsigned>(tiling.ctas),", "kernel<<<static_cast<unsigned>((tiling.ctas + 1) & ~1),"),
 ]
