@@ -673,6 +673,135 @@ __device__ __forceinline__ void tma_load_mc(void* dst, const CUtensorMap* map, u
     ),
     ("kernel<<<static_cast<unsigned>(tiling.ctas),", "kernel<<<static_cast<unsigned>((tiling.ctas + 1) & ~1),"),
 ]
+# Every tile's exponentials against one offset per row, tile 0's maximum, as FlashDecoding++'s unified maximum: no
+# running maximum, no rescale of O (bf16 P and fp32 sums keep their relative precision at any scale, so the offset
+# only has to keep exp2 inside fp32's range). Timing first: no check that a later score stays within range.
+OFFSET_MAX = [
+    (
+        "\n// What a Scores policy may do to its consumer's 64 rows",
+        """
+// The exponentials of one S tile against the fixed row offsets m (exp2 domain), summed into l.
+template <int BN>
+__device__ __forceinline__ void offset_softmax(float (&s)[BN / 2], const float (&m)[2], float (&l)[2], float f) {
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {
+    const int h = (i >> 1) & 1;
+    s[i] = ex2(fmaf(s[i], f, -m[h]));
+    sum[h] += s[i];
+  }
+  l[0] += sum[0];
+  l[1] += sum[1];
+}
+
+// What a Scores policy may do to its consumer's 64 rows""",
+    ),
+    (
+        """        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);""",
+        """        constexpr bool kOffset = std::is_same<Scores, Bf16Scores>::value;  // the 8-bit draft keeps its max
+        if constexpr (kOffset)
+          offset_softmax<BN>(sc, m, l, scores.scale_log2);
+        else
+          scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        if constexpr (!kOffset) rescale(o, alpha);
+        to_p<BN>(p, sc);""",
+    ),
+]
+
+
+# OFFSET_MAX made safe: a consumer one of whose exponentials passes 2^64 (a score 64 above its row's offset, in log2
+# units; also inf and NaN) redoes the tile the exact way: Q K^T(j) again (K(j) is released after that check; the
+# vote is the warpgroup's, bar.red.or, as the wgmma is), a new maximum and O's rescale. refit_below is the
+# threshold; the copy "offset-refit-always" takes the rare path on every tile, to test it. (The scores again by
+# FMAs from shared memory, per warp, spilled 16 bytes in the loop: nvcc 13.0.)
+def _offset_safe(refit_below: str) -> list[tuple[str, str]]:
+    return [
+        (
+            "\n// What a Scores policy may do to its consumer's 64 rows",
+            f"""
+// The exponentials of one S tile against the fixed row offsets m (exp2 domain), in place; sum: this thread's
+// share of each row's sum.
+template <int BN>
+__device__ __forceinline__ void offset_exp(float (&s)[BN / 2], const float (&m)[2], float (&sum)[2], float f) {{
+  sum[0] = sum[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {{
+    const int h = (i >> 1) & 1;
+    s[i] = ex2(fmaf(s[i], f, -m[h]));
+    sum[h] += s[i];
+  }}
+}}
+
+// Whether any of the 128 threads at named barrier `id` passes p (each of them gets the answer).
+__device__ __forceinline__ bool bar_red_or(int id, bool p) {{
+  uint32_t any;
+  asm volatile(
+      "{{\\n.reg .pred P, Q;\\nsetp.ne.u32 P, %1, 0;\\nbar.red.or.pred Q, %2, 128, P;\\nselp.u32 %0, 1, 0, Q;\\n}}"
+      : "=r"(any)
+      : "r"(uint32_t(p)), "r"(id)
+      : "memory");
+  return any != 0;
+}}
+
+// Whether a row share's exponentials still fit their offset (false for inf and NaN).
+__device__ __forceinline__ bool offset_fits(const float (&sum)[2]) {{
+  return sum[0] < {refit_below} && sum[1] < {refit_below};
+}}
+
+// What a Scores policy may do to its consumer's 64 rows""",
+        ),
+        (
+            """        release(&sm.k_empty[s]);
+        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        scores.template softmax<BN>(sc, m, l, alpha, rows);
+        wgmma_wait<0>();
+        pin(o);
+        release(&sm.empty[sv]);
+        rescale(o, alpha);
+        to_p<BN>(p, sc);""",
+            """        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+        if constexpr (std::is_same<Scores, Bf16Scores>::value) {
+          float sum[2];
+          offset_exp<BN>(sc, m, sum, scores.scale_log2);
+          const bool refit = bar_red_or(4 + w, !offset_fits(sum));  // the warpgroup's, as its wgmma
+          wgmma_wait<0>();
+          pin(o);
+          release(&sm.empty[sv]);
+          if (refit) {  // rare: a row rose 64 past its offset; the tile again, the exact way
+            wgmma_fence();
+            qk<BN>(sc, q_addr, smem_addr(sm.k[s]));
+            wgmma_commit();
+            wgmma_wait_all();
+            pin(sc);
+            if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+            scores.template softmax<BN>(sc, m, l, alpha, rows);
+            rescale(o, alpha);
+          } else {
+            l[0] += sum[0];
+            l[1] += sum[1];
+          }
+          release(&sm.k_empty[s]);  // K(j): read again only by a refit
+        } else {
+          release(&sm.k_empty[s]);
+          scores.template softmax<BN>(sc, m, l, alpha, rows);
+          wgmma_wait<0>();
+          pin(o);
+          release(&sm.empty[sv]);
+          rescale(o, alpha);
+        }
+        to_p<BN>(p, sc);""",
+        ),
+    ]
+
+
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -915,6 +1044,9 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "kv-early": KV_EARLY,
     # the tensor maps' L2 promotion at 128 bytes (CUTLASS's default) instead of 256
     "mc": MULTICAST,
+    "offset-max": OFFSET_MAX,
+    "offset-safe": _offset_safe("0x1p64f"),
+    "offset-refit-always": _offset_safe("0.f"),
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
     "max4-sum4": MAX4 + SUM4,
