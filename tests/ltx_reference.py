@@ -252,3 +252,56 @@ def attention_int8(
         p = torch.exp2(s2.float() - s2.float().amax(-1, keepdim=True))
         out[b, h] = (p.to(torch.bfloat16).double() @ v[b, h]) / p.double().sum(-1, keepdim=True)
     return out.transpose(1, 2)
+
+
+# ---- the bf16 kernel's softmax, tile by tile ---------------------------------------------------------------
+# The kernel walks the keys in tiles of K_BLOCK: exponentials in the exp2 domain against a per-row offset, P
+# rounded to bf16 for P V, fp32 sums. The running maximum (FlashAttention's online softmax) makes the offset each
+# tile's new maximum and rescales O and l when it moves. A fixed offset (FlashDecoding++'s unified maximum) keeps
+# tile 0's maximum for every tile: bf16 P and fp32 sums keep their relative precision at any scale, so the offset
+# only has to keep exp2 inside fp32's range; a row whose tile sum reaches `refit_below` (a score 64 above the
+# offset at the default; also inf and NaN) takes that tile the online way.
+
+
+def attention_tiles(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: Optional[float] = None,
+    *,
+    fixed_offset: bool,
+    refit_below: float = 2.0**64,
+    k_block: int = K_BLOCK,
+) -> tuple[torch.Tensor, int]:
+    """(the tile algorithm's bf16 output [B, S, H, D] as float64, how many row tiles were refit) for bf16 q, k, v:
+    fp32 scores, the online softmax (fixed_offset=False) or a fixed offset with refits."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    q, k, v = (t.to(torch.bfloat16).transpose(1, 2) for t in (q, k, v))
+    out = torch.empty(q.shape, dtype=torch.float64)
+    refits = 0
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s2 = (q[b, h].float() @ k[b, h].float().T) * (scale * LOG2E)  # fp32 scores, exp2 domain
+            rows = s2.shape[0]
+            m = torch.full((rows, 1), -math.inf)
+            l_sum = torch.zeros(rows, 1)
+            o = torch.zeros(rows, v.shape[-1])
+            for j in range(0, s2.shape[1], k_block):
+                t, vt = s2[:, j : j + k_block], v[b, h, j : j + k_block].float()
+                online = torch.ones(rows, 1, dtype=torch.bool)
+                if fixed_offset and j > 0:
+                    p = torch.exp2(t - m)
+                    tile_sum = p.sum(-1, keepdim=True)
+                    online = ~(tile_sum < refit_below)  # nonfinite sums too
+                    refits += int(online.sum())
+                    keep = ~online
+                    l_sum = torch.where(keep, l_sum + tile_sum, l_sum)
+                    o = torch.where(keep, o + p.to(torch.bfloat16).float() @ vt, o)
+                m_new = torch.where(online, torch.maximum(m, t.amax(-1, keepdim=True)), m)
+                alpha = torch.exp2(m - m_new)
+                p = torch.exp2(t - m_new)
+                l_sum = torch.where(online, l_sum * alpha + p.sum(-1, keepdim=True), l_sum)
+                o = torch.where(online, o * alpha + p.to(torch.bfloat16).float() @ vt, o)
+                m = m_new
+            out[b, h] = (o / l_sum).to(torch.bfloat16).double()
+    return out.transpose(1, 2), refits

@@ -13,6 +13,7 @@ widths), as the kernel's attention processor hands them over.
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import shutil
 import subprocess
@@ -107,6 +108,39 @@ def test_smoothing_k_shifts_every_score_of_a_query_alike():
     shifted = k.double() - k_mean[:, None].double()
     torch.testing.assert_close(ref.attention(q, shifted, v), ref.attention(q, k, v))
     assert k8.dtype == torch.int8 and k8.abs().amax() == 127  # the largest |k - mean| maps to 127
+
+
+# ---- a fixed softmax offset (FlashDecoding++'s unified maximum): the math of the kernel change measured in
+# BENCHMARKS.md §8, on the CPU. Every tile's exponentials against tile 0's maximum instead of a running maximum:
+# no maximum per tile and no rescale of O, while a row whose tile sum leaves the offset's range takes that tile
+# the exact way.
+
+
+@pytest.mark.parametrize("k_outliers", [False, True], ids=["gaussian", "k-outliers"])
+def test_a_fixed_softmax_offset_is_as_accurate_as_the_running_maximum(k_outliers):
+    """bf16 P, fp32 sums, bf16 out as the kernel rounds them: within the lossless gate of the online softmax with
+    the same roundings (the offset's fraction costs the largest P some precision: about 4 % more relative L1)."""
+    q, k, v = _qkv(1, 1000, 4, k_outliers=k_outliers)
+    exact = ref.attention(q, k, v)
+    online, _ = ref.attention_tiles(q, k, v, fixed_offset=False)
+    fixed, refits = ref.attention_tiles(q, k, v, fixed_offset=True)
+    assert refits == 0  # no score of these rows rises 64 (log2) past its first tile's
+    assert ref.as_accurate_as(*ref.errors(fixed, exact), *ref.errors(online, exact))
+
+
+def test_a_row_that_rises_past_its_offset_takes_that_tile_the_exact_way():
+    """Keys of the third tile 40 times longer: every row's scores there rise far past tile 0's maximum. With the
+    refit the output is the online softmax's; without it (the planted bug) exp2 overflows."""
+    q, k, v = _qkv(1, 512, 2, seed=3)
+    k = k.clone()
+    k[:, 256:384] = (k[:, 256:384].float() * 40).to(torch.bfloat16)
+    exact = ref.attention(q, k, v)
+    online, _ = ref.attention_tiles(q, k, v, fixed_offset=False)
+    fixed, refits = ref.attention_tiles(q, k, v, fixed_offset=True)
+    assert refits == 2 * 512  # every row of both heads, once
+    assert ref.as_accurate_as(*ref.errors(fixed, exact), *ref.errors(online, exact))
+    planted, _ = ref.attention_tiles(q, k, v, fixed_offset=True, refit_below=math.inf)
+    assert not torch.isfinite(planted).all()
 
 
 # ---- on the GPU -----------------------------------------------------------------------------------------
