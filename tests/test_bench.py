@@ -126,18 +126,17 @@ def test_bench_of_a_kernel_without_benchmarks_says_where_they_go(tmp_path, capsy
     assert rc == 2 and "no benchmarks/benchmark*.py under" in err and err.count("\n") == 1
 
 
-def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
-    """Any kernel root: one op, its formula, two peers (a function, and a method of the benchmark, which sees its
-    kernel); the runner times them and compiles the formula."""
-    (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "benchmark_gelu.py").write_text(
-        "import torch\n"
+def _gelu_benchmark(root: Path, cls: str, peers: str) -> None:
+    """root/benchmarks/benchmark_<cls>.py: class `cls` times gelu_tanh against its formula, beside `peers` (Python
+    source of the {name: peer} dict), and has methods a peer may name: op_again, and op_slowly (20 ms more)."""
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / f"benchmark_{cls.lower()}.py").write_text(
+        "import time\n\nimport torch\n"
         "from hubkernels.author.bench import Benchmark\n\n"
-        "class Gelu(Benchmark):\n"
+        f"class {cls}(Benchmark):\n"
         "    shape = {'n': 4096}\n"
         "    report_shape = ('n',)\n"
-        "    peers = {'gelu_tanh': {'tanh formula': lambda x: 0.5 * x * (1 + torch.tanh(0.7978845608 * "
-        "(x + 0.044715 * x ** 3))), 'the op, by method': 'op_again'}}\n\n"
+        f"    peers = {{'gelu_tanh': {peers}}}\n\n"
         "    def setup_gelu_tanh(self):\n"
         "        return (self.randn(self.shape['n']),)\n\n"
         "    def benchmark_gelu_tanh(self, x):\n"
@@ -145,8 +144,19 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
         "    def verify_gelu_tanh(self, x):\n"
         "        return torch.nn.functional.gelu(x, approximate='tanh')\n\n"
         "    def op_again(self, x):\n"
+        "        return self.kernel.gelu_tanh(x)\n\n"
+        "    def op_slowly(self, x):\n"
+        "        time.sleep(0.02)\n"
         "        return self.kernel.gelu_tanh(x)\n"
     )
+
+
+def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
+    """Any kernel root: one op, its formula, peers (a function, and methods of the benchmark, which see its
+    kernel); the runner times them and compiles the formula."""
+    tanh = "lambda x: 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x ** 3)))"
+    peers = f"{{'tanh formula': {tanh}, 'the op, by method': 'op_again', 'the op, slowly': 'op_slowly'}}"
+    _gelu_benchmark(tmp_path, "Gelu", peers)
     out = tmp_path / "gelu.json"
     rc = main(
         [
@@ -168,8 +178,10 @@ def test_a_kernel_declares_its_own_benchmark(ltx, tmp_path, capsys):
     )
     assert rc == 0
     data = json.loads(out.read_text())
-    assert [r["impl"] for r in data["rows"]] == ["ours", "eager", "tanh formula", "the op, by method", "torch.compile"]
+    impls = ["ours", "eager", "tanh formula", "the op, by method", "the op, slowly", "torch.compile"]
+    assert [r["impl"] for r in data["rows"]] == impls
     assert data["shape"] == [4096] and all(r["max_rel_err"] < 1e-5 for r in data["rows"])
+    assert all(r["pct_copy_bw"] > 0 for r in data["rows"])  # the slow one's share too, under 0.05 %
 
 
 def test_two_kernels_with_a_benchmark_file_of_one_name_each_get_their_own(tmp_path):
@@ -184,22 +196,7 @@ def test_two_kernels_with_a_benchmark_file_of_one_name_each_get_their_own(tmp_pa
 
 
 def test_a_peer_named_for_no_method_is_said_in_one_line(ltx, tmp_path, capsys):
-    (tmp_path / "benchmarks").mkdir()
-    (tmp_path / "benchmarks" / "benchmark_typo.py").write_text(
-        "import torch\n"
-        "from hubkernels.author.bench import Benchmark\n\n"
-        "class Typo(Benchmark):\n"
-        "    shape = {'n': 64}\n"
-        "    peers = {'gelu_tanh': {'by method': 'op_agian'}}\n\n"
-        "    def setup_gelu_tanh(self):\n"
-        "        return (self.randn(self.shape['n']),)\n\n"
-        "    def benchmark_gelu_tanh(self, x):\n"
-        "        return self.kernel.gelu_tanh(x)\n\n"
-        "    def verify_gelu_tanh(self, x):\n"
-        "        return torch.nn.functional.gelu(x, approximate='tanh')\n\n"
-        "    def op_again(self, x):\n"
-        "        return self.kernel.gelu_tanh(x)\n"
-    )
+    _gelu_benchmark(tmp_path, "Typo", "{'by method': 'op_agian'}")
     argv = ["bench", str(tmp_path), "--kernel", str(ROOT), "--device", "cpu", "--iters", "1", "--warmup", "0"]
     rc = main([*argv, "--no-compile"])
     err = capsys.readouterr().err
