@@ -260,7 +260,10 @@ def attention_int8(
 # tile's new maximum and rescales O and l when it moves. A fixed offset (FlashDecoding++'s unified maximum) keeps
 # tile 0's maximum for every tile: bf16 P and fp32 sums keep their relative precision at any scale, so the offset
 # only has to keep exp2 inside fp32's range; a row whose tile sum reaches `refit_below` (a score 64 above the
-# offset at the default; also inf and NaN) takes that tile the online way.
+# offset at the default; also inf and NaN) takes that tile the online way. What the running maximum gives that a
+# fixed offset does not: every row's largest P is exactly 1, so where one key dominates a row, its weight is
+# exact; against a fixed offset it is rounded to bf16 like the rest. P and V in fp16 (8 times finer) make up
+# for it, with the offset kept where fp16 holds P (a refit below 2^15).
 
 
 def attention_tiles(
@@ -272,9 +275,11 @@ def attention_tiles(
     fixed_offset: bool,
     refit_below: float = 2.0**64,
     k_block: int = K_BLOCK,
+    pv_dtype: torch.dtype = torch.bfloat16,
 ) -> tuple[torch.Tensor, int]:
     """(the tile algorithm's bf16 output [B, S, H, D] as float64, how many row tiles were refit) for bf16 q, k, v:
-    fp32 scores, the online softmax (fixed_offset=False) or a fixed offset with refits."""
+    fp32 scores, the online softmax (fixed_offset=False) or a fixed offset with refits; P and V rounded to
+    pv_dtype for P V."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v = (t.to(torch.bfloat16).transpose(1, 2) for t in (q, k, v))
     out = torch.empty(q.shape, dtype=torch.float64)
@@ -287,7 +292,7 @@ def attention_tiles(
             l_sum = torch.zeros(rows, 1)
             o = torch.zeros(rows, v.shape[-1])
             for j in range(0, s2.shape[1], k_block):
-                t, vt = s2[:, j : j + k_block], v[b, h, j : j + k_block].float()
+                t, vt = s2[:, j : j + k_block], v[b, h, j : j + k_block].to(pv_dtype).float()
                 online = torch.ones(rows, 1, dtype=torch.bool)
                 if fixed_offset and j > 0:
                     p = torch.exp2(t - m)
@@ -296,12 +301,12 @@ def attention_tiles(
                     refits += int(online.sum())
                     keep = ~online
                     l_sum = torch.where(keep, l_sum + tile_sum, l_sum)
-                    o = torch.where(keep, o + p.to(torch.bfloat16).float() @ vt, o)
+                    o = torch.where(keep, o + p.to(pv_dtype).float() @ vt, o)
                 m_new = torch.where(online, torch.maximum(m, t.amax(-1, keepdim=True)), m)
                 alpha = torch.exp2(m - m_new)
                 p = torch.exp2(t - m_new)
                 l_sum = torch.where(online, l_sum * alpha + p.sum(-1, keepdim=True), l_sum)
-                o = torch.where(online, o * alpha + p.to(torch.bfloat16).float() @ vt, o)
+                o = torch.where(online, o * alpha + p.to(pv_dtype).float() @ vt, o)
                 m = m_new
             out[b, h] = (o / l_sum).to(torch.bfloat16).double()
     return out.transpose(1, 2), refits

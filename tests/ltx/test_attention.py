@@ -128,6 +128,21 @@ def test_a_fixed_softmax_offset_is_as_accurate_as_the_running_maximum(k_outliers
     assert ref.as_accurate_as(*ref.errors(fixed, exact), *ref.errors(online, exact))
 
 
+def test_on_peaked_attention_a_fixed_offset_needs_fp16_p_to_stay_as_accurate():
+    """q three times longer: rows whose weight sits on a few keys. The running maximum keeps each row's largest P
+    exactly 1; a fixed offset rounds it to bf16 and falls outside the lossless gate. With P and V in fp16 (kept
+    below 2^15 by the refit) the fixed offset is more accurate than the running maximum in bf16."""
+    q, k, v = _qkv(1, 1000, 2, seed=7)
+    q = (q.float() * 3).to(torch.bfloat16)
+    exact = ref.attention(q, k, v)
+    online = ref.errors(ref.attention_tiles(q, k, v, fixed_offset=False)[0], exact)
+    fixed_bf16 = ref.errors(ref.attention_tiles(q, k, v, fixed_offset=True)[0], exact)
+    fixed_fp16, refits = ref.attention_tiles(q, k, v, fixed_offset=True, pv_dtype=torch.float16, refit_below=2.0**15)
+    fixed_fp16 = ref.errors(fixed_fp16, exact)
+    assert not ref.as_accurate_as(*fixed_bf16, *online), (fixed_bf16, online)
+    assert 1 - fixed_fp16[0] < 1 - online[0] and fixed_fp16[1] < online[1], (fixed_fp16, online, refits)
+
+
 def test_a_row_that_rises_past_its_offset_takes_that_tile_the_exact_way():
     """Keys of the third tile 40 times longer: every row's scores there rise far past tile 0's maximum. With the
     refit the output is the online softmax's; without it (the planted bug) exp2 overflows."""
