@@ -1111,7 +1111,12 @@ def sets(torch, dev, seed):
     gen = torch.Generator(device=dev).manual_seed(seed)
     q, k, v = (torch.randn(B, N, H, D, device=dev, dtype=torch.bfloat16, generator=gen) for _ in range(3))
     bias = 6.0 * torch.randn(1, 1, H, D, device=dev, generator=gen)  # channel outliers in K
-    return {"gaussian": (q, k, v), "k-outliers": (q, (k.float() + bias).to(torch.bfloat16), v)}
+    peaked = (q.float() * 3).to(torch.bfloat16)  # rows whose weight sits on a few keys (a row's largest P matters)
+    return {
+        "gaussian": (q, k, v),
+        "k-outliers": (q, (k.float() + bias).to(torch.bfloat16), v),
+        "peaked": (peaked, k, v),
+    }
 
 
 def sdpa(torch, q, k, v, backend):
