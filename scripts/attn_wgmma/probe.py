@@ -71,10 +71,10 @@ SUM4 = [
 ]
 
 
-def _wgmma(n: int, a_in_registers: bool, b_transposed: bool, comment: str = "") -> str:
-    """C++ for a wgmma.cuh-style wrapper of m64n{n}k16 (bf16 in, n / 2 fp32 accumulators a thread): A from
+def _wgmma(n: int, a_in_registers: bool, b_transposed: bool, comment: str = "", dtype: str = "bf16") -> str:
+    """C++ for a wgmma.cuh-style wrapper of m64n{n}k16 (`dtype` in, n / 2 fp32 accumulators a thread): A from
     registers (wgmma_rs_n{n}: always accumulates) or shared memory (wgmma_ss_n{n}, with wgmma.cuh's `accumulate`
-    flag); B K-major, or N-major where `b_transposed` (the _t suffix, for an SS wrapper)."""
+    flag); B K-major, or N-major where `b_transposed` (the _t suffix, for an SS wrapper); _f16 for fp16 inputs."""
     d = n // 2
     ops, regs = ", ".join(f"%{i}" for i in range(d)), ", ".join(f'"+f"(d[{i}])' for i in range(d))
     if a_in_registers:
@@ -88,11 +88,12 @@ def _wgmma(n: int, a_in_registers: bool, b_transposed: bool, comment: str = "") 
         name, a, b, acc = f"wgmma_ss_n{n}" + ("_t" if b_transposed else ""), f"%{d}", f"%{d + 1}", d + 2
         args, inputs = "uint64_t desc_a, uint64_t desc_b, int accumulate", '"l"(desc_a), "l"(desc_b), "r"(accumulate)'
         tail = f"1, 1, 0, {int(b_transposed)}"
+    name += "_f16" if dtype == "f16" else ""
     return f"""
 {comment}__device__ __forceinline__ void {name}(float (&d)[{d}], {args}) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{ops}}}, {a}, {b}, p, {tail};\\n}}\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dtype}.{dtype} {{{ops}}}, {a}, {b}, p, {tail};\\n}}\\n"
       : {regs}
       : {inputs});
 }}
@@ -802,6 +803,75 @@ __device__ __forceinline__ bool offset_fits(const float (&sum)[2]) {{
     ]
 
 
+# P V in fp16 (3 more mantissa bits than bf16 for P: what a fixed softmax offset needs to stay lossless, by the
+# CPU model, tests/ltx/test_attention.py): warps 1-3 of the producer warpgroup convert each V tile to fp16 in place
+# once it lands (bf16 values beyond fp16's range become inf: not for a shipped kernel as it stands) and arrive on
+# v_half, which the consumers wait for instead of v_full; P is packed as f16x2, P V is the f16 wgmma. Not run on a
+# GPU yet.
+FP16_PV = [
+    (
+        "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
+        _wgmma(64, True, True, "// P V with fp16 P and V\n", dtype="f16") + "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
+    ),
+    (
+        "for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));",
+        "for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));",
+    ),
+    (
+        "for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);",
+        """for (int r = 0; r < 4; ++r) {
+      const __half2 h = __floats2half2_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      p[kk][r] = *reinterpret_cast<const uint32_t*>(&h);
+    }""",
+    ),
+    (
+        "  uint64_t k_empty[STAGES];  // a stage's K consumed (the overlapped schedule)",
+        "  uint64_t k_empty[STAGES];  // a stage's K consumed (the overlapped schedule)\n"
+        "  uint64_t v_half[STAGES];   // a stage's V converted to fp16 (three producer warps)",
+    ),
+    (
+        "      mbar_init(&sm.k_empty[s], 4 * nwg);",
+        "      mbar_init(&sm.k_empty[s], 4 * nwg);\n      mbar_init(&sm.v_half[s], 3);",
+    ),
+    (
+        """        load_v(n_tiles - 1);
+      }
+    }
+  } else {""",
+        """        load_v(n_tiles - 1);
+      }
+    } else if (t >= 32) {  // warps 1-3: each V tile to fp16, in place, once it lands
+      for (int j = 0; j < n_tiles; ++j) {
+        const int s = j % STAGES;
+        mbar_wait(&sm.v_full[s], (j / STAGES) & 1);
+        uint4* tile = reinterpret_cast<uint4*>(sm.v[s]);
+        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {
+          uint4 x = tile[c];
+          uint32_t* w = reinterpret_cast<uint32_t*>(&x);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const __half2 h = __floats2half2_rn(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
+            w[i] = *reinterpret_cast<const uint32_t*>(&h);
+          }
+          tile[c] = x;
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes, read by wgmma
+        __syncwarp();
+        if (t % 32 == 0) mbar_arrive(&sm.v_half[s]);
+      }
+    }
+  } else {""",
+    ),
+    ("        mbar_wait(&sm.v_full[s], phase);", "        mbar_wait(&sm.v_half[s], phase);"),
+    (
+        "        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V",
+        "        mbar_wait(&sm.v_half[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V",
+    ),
+    (
+        "      mbar_wait(&sm.v_full[sv], ((n_tiles - 1) / STAGES) & 1);",
+        "      mbar_wait(&sm.v_half[sv], ((n_tiles - 1) / STAGES) & 1);",
+    ),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -1047,6 +1117,8 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "offset-max": OFFSET_MAX,
     "offset-safe": _offset_safe("0x1p64f"),
     "offset-refit-always": _offset_safe("0.f"),
+    "fp16-pv": FP16_PV,
+    "offset-safe-15": _offset_safe("0x1p15f"),  # with fp16-pv: P kept below fp16's largest
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
     "max4-sum4": MAX4 + SUM4,
