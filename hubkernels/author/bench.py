@@ -247,17 +247,6 @@ def format_report(report: Report) -> str:
 # ---- timing -------------------------------------------------------------------------------------
 
 
-def _peer(bench: Benchmark, op: str, name: str, peer: Callable[..., Any] | str) -> Callable[..., Any]:
-    """A peer as declared: a function, or the name of one of the benchmark's methods."""
-    if not isinstance(peer, str):
-        return peer
-    fn = getattr(bench, peer, None)
-    if not callable(fn):
-        cls = type(bench).__name__
-        raise UsageError(f"{cls}.peers[{op!r}][{name!r}] names {peer!r}, which is no method of {cls}")
-    return fn
-
-
 def time_calls(
     fn: Callable[..., Any], input_sets: Sequence[tuple], device: Any, warmup: int, iters: int, inner: int = 10
 ) -> list[float]:
@@ -330,6 +319,17 @@ def _sync(device: Any) -> None:
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _peer(bench: Benchmark, op: str, name: str, peer: Callable[..., Any] | str) -> Callable[..., Any]:
+    """A peer as declared: a function, or the name of one of the benchmark's methods."""
+    if not isinstance(peer, str):
+        return peer
+    fn = getattr(bench, peer, None)
+    if not callable(fn):
+        cls = type(bench).__name__
+        raise UsageError(f"{cls}.peers[{op!r}][{name!r}] names {peer!r}, which is no method of {cls}")
+    return fn
 
 
 def reference(bench: Benchmark, op: str, args: tuple) -> Any:
