@@ -276,16 +276,24 @@ def attention_tiles(
     refit_below: float = 2.0**64,
     k_block: int = K_BLOCK,
     pv_dtype: torch.dtype = torch.bfloat16,
+    v_range: Optional[tuple[float, float]] = None,
 ) -> tuple[torch.Tensor, int]:
     """(the tile algorithm's bf16 output [B, S, H, D] as float64, how many row tiles were refit) for bf16 q, k, v:
     fp32 scores, the online softmax (fixed_offset=False) or a fixed offset with refits; P and V rounded to
-    pv_dtype for P V."""
+    pv_dtype for P V. With v_range (lo, hi), a head one of whose V tiles has its largest |v| outside [lo, hi)
+    (and not 0) goes the online way in bf16, as the kernel's second pass does."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v = (t.to(torch.bfloat16).transpose(1, 2) for t in (q, k, v))
     out = torch.empty(q.shape, dtype=torch.float64)
     refits = 0
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
+            if v_range is not None:
+                tops = [v[b, h, j : j + k_block].float().abs().amax().item() for j in range(0, v.shape[2], k_block)]
+                if not all(x == 0 or v_range[0] <= x < v_range[1] for x in tops):
+                    one = (t[b : b + 1, h : h + 1].transpose(1, 2) for t in (q, k, v))
+                    out[b, h] = attention_tiles(*one, scale, fixed_offset=False, k_block=k_block)[0][0, :, 0]
+                    continue
             s2 = (q[b, h].float() @ k[b, h].float().T) * (scale * LOG2E)  # fp32 scores, exp2 domain
             rows = s2.shape[0]
             m = torch.full((rows, 1), -math.inf)
