@@ -872,6 +872,285 @@ FP16_PV = [
         "      mbar_wait(&sm.v_half[sv], ((n_tiles - 1) / STAGES) & 1);",
     ),
 ]
+# P V in fp16 made safe for any V: a V tile whose largest |v| (in a producer warp's part) lies past fp16's range,
+# or is nonzero but under 2^-10 (fp16's subnormals would cost it precision), marks the CTA, which then runs its
+# tiles a second time the shipped way (bf16 P V, the online softmax; the ring counting on from n_tiles: the
+# producer loads every tile again and the converting warps pass them through). On top of offset-safe-15 and
+# fp16-pv ("offset-safe-15+fp16-pv+fp16-range"). Each pass is its own code (a branch around the wgmmas serialises
+# them, C7520), so the first pass's loop is fp16-pv's (384 SASS instructions to its vote, 381 without the check).
+# nvcc 13.0 on the CPU machine: no spills and no serialised wgmma in the bf16 configurations. Not run on a GPU yet.
+FP16_RANGE = [
+    (
+        """template <int BN>
+__device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
+  const Desc<kRowBytes> v(v_addr);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));
+}""",
+        """template <int BN, bool HALF>
+__device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
+  const Desc<kRowBytes> v(v_addr);
+  if constexpr (HALF) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
+  }
+}""",
+    ),
+    (
+        """template <int BN>
+__device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const __half2 h = __floats2half2_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+      p[kk][r] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+}""",
+        """template <int BN, bool HALF>
+__device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
+  if constexpr (HALF) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const __half2 h = __floats2half2_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        p[kk][r] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+}""",
+    ),
+    # the serial schedule: fp16 always (one pass: no second one for it)
+    (
+        "to_p<BN>(p, sc);\n        mbar_wait(&sm.v_half[s], phase);",
+        "to_p<BN, true>(p, sc);\n        mbar_wait(&sm.v_half[s], phase);",
+    ),
+    ("        pv<BN>(o, p, smem_addr(sm.v[s]));\n", "        pv<BN, true>(o, p, smem_addr(sm.v[s]));\n"),
+    (
+        "  uint64_t v_half[STAGES];   // a stage's V converted to fp16 (three producer warps)",
+        "  uint64_t v_half[STAGES];   // a stage's V converted to fp16 (three producer warps)\n"
+        "  uint32_t v_wide;           // a V tile left fp16's range: the CTA runs its tiles again in bf16",
+    ),
+    (
+        "      mbar_init(&sm.v_half[s], 3);\n    }\n",
+        "      mbar_init(&sm.v_half[s], 3);\n    }\n    sm.v_wide = 0;\n",
+    ),
+    (
+        "const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), t = threadIdx.x % 128;\n",
+        """const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), t = threadIdx.x % 128;
+  // whether the first pass left fp16's range, asked once its last V tile (ring count n_tiles - 1) is converted
+  const auto redo = [&] {
+    const int g = n_tiles - 1;
+    mbar_wait(&sm.v_half[g % STAGES], (g / STAGES) & 1);
+    return *reinterpret_cast<volatile uint32_t*>(&sm.v_wide) != 0;
+  };
+""",
+    ),
+    (
+        """        const auto load_k = [&](int j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.k_empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+        };
+        const auto load_v = [&](int j) {
+          const int s = j % STAGES;
+          if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+        };
+        load_k(0);
+        for (int j = 1; j < n_tiles; ++j) {
+          load_k(j);
+          load_v(j - 1);
+        }
+        load_v(n_tiles - 1);""",
+        """        // g: the ring's count (the second pass counts on from n_tiles), g % n_tiles the tile
+        const auto load_k = [&](int g) {
+          const int s = g % STAGES, j = g < n_tiles ? g : g - n_tiles;
+          if (g >= STAGES) mbar_wait(&sm.k_empty[s], ((g / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
+          tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
+        };
+        const auto load_v = [&](int g) {
+          const int s = g % STAGES, j = g < n_tiles ? g : g - n_tiles;
+          if (g >= STAGES) mbar_wait(&sm.empty[s], ((g / STAGES) & 1) ^ 1);
+          mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
+          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+        };
+        for (int base = 0;; base = n_tiles) {
+          load_k(base);
+          for (int j = 1; j < n_tiles; ++j) {
+            load_k(base + j);
+            load_v(base + j - 1);
+          }
+          load_v(base + n_tiles - 1);
+          if (base || !redo()) break;
+        }""",
+    ),
+    (
+        """        uint4* tile = reinterpret_cast<uint4*>(sm.v[s]);
+        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {
+          uint4 x = tile[c];
+          uint32_t* w = reinterpret_cast<uint32_t*>(&x);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const __half2 h = __floats2half2_rn(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
+            w[i] = *reinterpret_cast<const uint32_t*>(&h);
+          }
+          tile[c] = x;
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes, read by wgmma
+        __syncwarp();
+        if (t % 32 == 0) mbar_arrive(&sm.v_half[s]);
+      }""",
+        """        uint4* tile = reinterpret_cast<uint4*>(sm.v[s]);
+        uint32_t top = 0;  // the largest |v| of this thread's part, as bf16 bits in each half
+        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {
+          uint4 x = tile[c];
+          uint32_t* w = reinterpret_cast<uint32_t*>(&x);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            top = __vmaxu2(top, w[i] & 0x7fff7fffu);
+            const __half2 h = __floats2half2_rn(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
+            w[i] = *reinterpret_cast<const uint32_t*>(&h);
+          }
+          tile[c] = x;
+        }
+        // the warp's largest |v|: 2^16 or more (inf, NaN) overflows fp16; under 2^-10 (but not 0) loses bits
+        top = __reduce_max_sync(0xffffffffu, max(top & 0xffffu, top >> 16));
+        if (t % 32 == 0 && (top >= 0x4780u || (top && top < 0x3a80u)))
+          *reinterpret_cast<volatile uint32_t*>(&sm.v_wide) = 1;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes, read by wgmma
+        __syncwarp();
+        if (t % 32 == 0) mbar_arrive(&sm.v_half[s]);
+      }
+      if constexpr (SCHED != Schedule::kSerial)
+        if (redo())
+          for (int g = n_tiles; g < 2 * n_tiles; ++g) {  // the second pass: V as it lands, in bf16
+            mbar_wait(&sm.v_full[g % STAGES], (g / STAGES) & 1);
+            __syncwarp();
+            if (t % 32 == 0) mbar_arrive(&sm.v_half[g % STAGES]);
+          }""",
+    ),
+]
+FP16_RANGE += [
+    (
+        """      // tile 0's scores alone (O is still zero: no P V yet)
+      float sc[BN / 2];
+      mbar_wait(&sm.k_full[0], 0);
+      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[0]), 0);
+      release(&sm.k_empty[0]);
+      if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
+      scores.template softmax<BN>(sc, m, l, alpha, rows);
+      to_p<BN>(p, sc);
+""",
+        """      float sc[BN / 2];
+      // One pass over the tiles, in fp16 P V with the fixed offset (HALF) or the shipped way; base: the ring's
+      // count at its first tile. Each pass its own code: a branch around the wgmmas serialises them (C7520).
+      const auto pass = [&](auto half, int base) {
+      constexpr bool HALF = decltype(half)::value;
+      // tile 0's scores alone (O is still zero: no P V yet)
+      mbar_wait(&sm.k_full[base % STAGES], (base / STAGES) & 1);
+      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[base % STAGES]), 0);
+      release(&sm.k_empty[base % STAGES]);
+      if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
+      scores.template softmax<BN>(sc, m, l, alpha, rows);
+      to_p<BN, HALF>(p, sc);
+""",
+    ),
+    (
+        """      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_half[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
+        """      for (int j = 1; j < n_tiles; ++j) {
+        const int g = base + j, s = g % STAGES, sv = (g - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (g / STAGES) & 1);
+        mbar_wait(&sm.v_half[sv], ((g - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
+    ),
+    (
+        """        pv<BN>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(""",
+        """        pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        hand_turn(""",
+    ),
+    (
+        """        if constexpr (std::is_same<Scores, Bf16Scores>::value) {
+          float sum[2];""",
+        """        if constexpr (std::is_same<Scores, Bf16Scores>::value && HALF) {
+          float sum[2];""",
+    ),
+    (
+        """        to_p<BN>(p, sc);
+      }
+      const int sv = (n_tiles - 1) % STAGES;
+      mbar_wait(&sm.v_half[sv], ((n_tiles - 1) / STAGES) & 1);
+      wgmma_fence();
+      pv<BN>(o, p, smem_addr(sm.v[sv]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+""",
+        """        to_p<BN, HALF>(p, sc);
+      }
+      const int g = base + n_tiles - 1, sv = g % STAGES;
+      mbar_wait(&sm.v_half[sv], (g / STAGES) & 1);
+      wgmma_fence();
+      pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+      return sv;
+      };
+      const int sv = pass(std::true_type{}, 0);
+      if (*reinterpret_cast<volatile uint32_t*>(&sm.v_wide)) {  // rare: a V tile left fp16's range
+        release(&sm.empty[sv]);  // the last V, which the second pass loads again
+        bar_sync(7, 128 * nwg);  // every consumer past the first pass: the turns' barriers start even
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[i] = 0.f;
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.f;
+        pass(std::false_type{}, n_tiles);
+      }
+""",
+    ),
+]
+FP16_RANGE += [
+    (
+        "          offset_exp<BN>(sc, m, sum, scores.scale_log2);",
+        "          offset_exp<BN>(sc, m, sum, scale_log2(scores));",
+    ),
+    (
+        "\n// What a Scores policy may do to its consumer's 64 rows",
+        """
+struct Bf16Scores;
+// the bf16 scores' exp2-domain scale, which the fixed offset needs (0 for the 8-bit draft, which keeps its maximum)
+template <class S>
+__device__ __forceinline__ float scale_log2(const S& s) {
+  if constexpr (std::is_same<S, Bf16Scores>::value) return s.scale_log2; else return 0.f;
+}
+
+// What a Scores policy may do to its consumer's 64 rows""",
+    ),
+]
+FP16_RANGE += [
+    # the converting warps' range check needs more than 24 registers: 32 x 128 + 3 x 160 x 128 is all 65536
+    (
+        'asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");',
+        'asm volatile("setmaxnreg.dec.sync.aligned.u32 32;");',
+    ),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -1119,6 +1398,7 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "offset-refit-always": _offset_safe("0.f"),
     "fp16-pv": FP16_PV,
     "offset-safe-15": _offset_safe("0x1p15f"),  # with fp16-pv: P kept below fp16's largest
+    "fp16-range": FP16_RANGE,  # after offset-safe-15+fp16-pv: any V, the CTA again in bf16 where fp16 cannot hold it
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
     "max4-sum4": MAX4 + SUM4,
@@ -1184,10 +1464,14 @@ def sets(torch, dev, seed):
     q, k, v = (torch.randn(B, N, H, D, device=dev, dtype=torch.bfloat16, generator=gen) for _ in range(3))
     bias = 6.0 * torch.randn(1, 1, H, D, device=dev, generator=gen)  # channel outliers in K
     peaked = (q.float() * 3).to(torch.bfloat16)  # rows whose weight sits on a few keys (a row's largest P matters)
+    wide = v.clone()  # one token's V past fp16's range in half the heads (fp16 P V must not take those)
+    wide[:, N // 2, : H // 2] *= 2.0**17
     return {
         "gaussian": (q, k, v),
         "k-outliers": (q, (k.float() + bias).to(torch.bfloat16), v),
         "peaked": (peaked, k, v),
+        "v-wide": (q, k, wide),
+        "v-tiny": (q, k, v * 2.0**-20),  # fp16 would hold these in subnormals, with fewer bits than bf16
     }
 
 
@@ -1288,7 +1572,7 @@ def one(variant: int, patch: str | None = None) -> dict:
             ref = sdpa(torch, q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
             cos, l1 = quality(o, ref)
             ok = ltx_reference.as_accurate_as(cos, l1, *quality(sdpa(torch, q, k, v, SDPBackend.CUDNN_ATTENTION), ref))
-            res.setdefault("quality", []).append([seed, name, cos, l1, bool(torch.isnan(o).any())])
+            res.setdefault("quality", []).append([seed, name, cos, l1, bool(torch.isnan(o).any()), ok])
             res["gate"] = res.get("gate", True) and ok
     for n in (1000, 77):  # tokens that fill no tile: masked scores, unstored rows
         q, k, v = (torch.randn(1, n, 3, D, device=dev, dtype=torch.bfloat16) for _ in range(3))
