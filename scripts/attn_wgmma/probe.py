@@ -1001,43 +1001,21 @@ __device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)
         }""",
     ),
     (
-        """        const uint32_t tile = smem_addr(sm.v[s]);  // ld/st.shared: a generic pointer costs LD.E
-        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {
-          uint32_t w[4];
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                       : "r"(tile + 16 * c));
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const __half2 h = __floats2half2_rn(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
-            w[i] = *reinterpret_cast<const uint32_t*>(&h);
-          }
-          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(tile + 16 * c), "r"(w[0]), "r"(w[1]),
-                       "r"(w[2]), "r"(w[3])
-                       : "memory");
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes, read by wgmma
+        "        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {",
+        "        uint32_t top = 0;  // the largest |v| of this thread's part, as bf16 bits in each half\n"
+        "        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {",
+    ),
+    (
+        "          for (int i = 0; i < 4; ++i) {\n            const __half2 h",
+        "          for (int i = 0; i < 4; ++i) {\n"
+        "            top = __vmaxu2(top, w[i] & 0x7fff7fffu);\n            const __half2 h",
+    ),
+    (
+        """        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes, read by wgmma
         __syncwarp();
         if (t % 32 == 0) mbar_arrive(&sm.v_half[s]);
       }""",
-        """        const uint32_t tile = smem_addr(sm.v[s]);  // ld/st.shared: a generic pointer costs LD.E
-        uint32_t top = 0;  // the largest |v| of this thread's part, as bf16 bits in each half
-        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {
-          uint32_t w[4];
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                       : "r"(tile + 16 * c));
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            top = __vmaxu2(top, w[i] & 0x7fff7fffu);
-            const __half2 h = __floats2half2_rn(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
-            w[i] = *reinterpret_cast<const uint32_t*>(&h);
-          }
-          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(tile + 16 * c), "r"(w[0]), "r"(w[1]),
-                       "r"(w[2]), "r"(w[3])
-                       : "memory");
-        }
-        // the warp's largest |v|: 2^16 or more (inf, NaN) overflows fp16; under 2^-10 (but not 0) loses bits
+        """        // the warp's largest |v|: 2^16 or more (inf, NaN) overflows fp16; under 2^-10 (but not 0) loses bits
         top = __reduce_max_sync(0xffffffffu, max(top & 0xffffu, top >> 16));
         if (t % 32 == 0 && (top >= 0x4780u || (top && top < 0x3a80u)))
           *reinterpret_cast<volatile uint32_t*>(&sm.v_wide) = 1;
