@@ -14,6 +14,7 @@ Prints a table, each time twice: do_bench's back-to-back launches, and bench-sty
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import subprocess
@@ -1418,15 +1419,18 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
         )
     ],
 }
-PATCHED = Path("/tmp/attn_patched")
+PATCHED = Path(os.environ.get("ATTN_PATCHED", "/tmp/attn_patched"))
 B, H, N, D = 2, 32, 6144, 64
 FLOPS = 4 * B * H * N * N * D
 
 
 def build(patches: set[str]) -> str:
-    """Compiles the shim against the kernel and against each patched copy named in `patches` (the kernel's own
-    build is skipped where ATTN_PREBUILT names an existing shim library, built elsewhere with the same nvcc)."""
-    builds = [] if os.environ.get("ATTN_PREBUILT") and SO.exists() else [(KERNEL, SO)]
+    """Compiles the shim against the kernel and against each patched copy named in `patches` (under ATTN_PATCHED).
+    With ATTN_PREBUILT, what was built elsewhere with the same nvcc is taken: the kernel's own shim library where
+    it exists, and a patched copy whose sources (its kernel text and shim.cu) are the ones it was built from."""
+    prebuilt = bool(os.environ.get("ATTN_PREBUILT"))
+    builds = [] if prebuilt and SO.exists() else [(KERNEL, SO)]
+    log, stamps = "", {}
     for name in sorted(patches):
         patch = [edit for part in name.split("+") for edit in PATCHES[part]]  # "a+b": both patches, in that order
         out = PATCHED / name
@@ -1438,8 +1442,15 @@ def build(patches: set[str]) -> str:
                     assert text.count(old) == 1, (name, old)
                     text = text.replace(old, new)
             (out / f.name).write_text(text)
+        sources = [*(out / f.name for f in sorted(KERNEL.iterdir())), HERE / "shim.cu"]
+        digest = hashlib.sha256(b"".join(f.read_bytes() for f in sources)).hexdigest()
+        stamp = out / "sources.sha256"
+        if prebuilt and (out / "attn.so").exists() and stamp.exists() and stamp.read_text() == digest:
+            log += (out / "ptxas.log").read_text() if (out / "ptxas.log").exists() else ""
+            continue
+        stamp.unlink(missing_ok=True)
         builds.append((out, out / "attn.so"))
-    log = ""
+        stamps[out] = digest
     for include, so in builds:
         cmd = [
             "nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-shared", "-Xcompiler", "-fPIC",
@@ -1449,6 +1460,9 @@ def build(patches: set[str]) -> str:
         if r.returncode:
             raise SystemExit(r.stderr[-4000:])
         log += r.stderr
+        if include in stamps:  # a patched copy: its ptxas account and what it was built from, for ATTN_PREBUILT
+            (include / "ptxas.log").write_text(r.stderr)
+            (include / "sources.sha256").write_text(stamps[include])
     sass = subprocess.run(["cuobjdump", "--dump-sass", str(SO)], capture_output=True, text=True).stdout
     counts, fn = {}, None
     for ln in sass.splitlines():
