@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,22 @@ def test_noarch_variant_loads_as_a_package(tmp_path: Path) -> None:
     (d / "helper.py").write_text("VALUE = 7\n")
     mod = hubkernels.get_local_kernel(tmp_path)
     assert mod.VALUE == 7 and mod.__name__ == Metadata.read(d).id
+
+
+def test_the_same_build_from_a_second_place_is_the_module_already_imported(tmp_path: Path) -> None:
+    """A kernel downloaded again into another cache loads as the module already imported, also once the first copy
+    is deleted (a cleaned cache); a different build under the same id is refused, naming both places."""
+    first = _pure_variant(tmp_path / "a", "torch-cpu")
+    module = import_variant(first)
+    again = shutil.copytree(first, tmp_path / "b" / "build" / "torch-cpu")
+    assert import_variant(again) is module
+    other = shutil.copytree(first, tmp_path / "c" / "build" / "torch-cpu")
+    (other / "__init__.py").write_text("X = 2\n")
+    with pytest.raises(KernelLoadError, match="different builds with the same id") as e:
+        import_variant(other)
+    assert str(first.resolve()) in str(e.value) and str(other.resolve()) in str(e.value)
+    shutil.rmtree(tmp_path / "a")
+    assert import_variant(again) is module
 
 
 def test_declared_python_dependency_must_be_installed(tmp_path: Path) -> None:

@@ -82,6 +82,16 @@ def check_capability(metadata: Metadata, system: System) -> None:
     )
 
 
+def _same_build(first: Path, again: Path) -> bool:
+    """Whether the variant at `again` is the build first imported from `first`, by their files. Where `first` is
+    gone (a cleaned cache), the imported module stands: nothing is left to compare it with."""
+    try:
+        imported = _digest.hash_variant(first, memo=True)
+    except OSError:
+        return True
+    return imported == _digest.hash_variant(again, memo=True)
+
+
 def import_variant(
     variant_dir: str | Path,
     *,
@@ -102,9 +112,7 @@ def import_variant(
     with _lock:
         existing = _loaded.get(metadata.id)
         if existing is not None:
-            if existing.path != variant_dir and _digest.hash_variant(existing.path, memo=True) != _digest.hash_variant(
-                variant_dir, memo=True
-            ):
+            if existing.path != variant_dir and not _same_build(existing.path, variant_dir):
                 raise KernelLoadError(
                     f"{variant_dir} and {existing.path} are different builds with the same id {metadata.id}; "
                     "their torch ops would collide. Rebuild one of them (a new id comes with each commit)."
