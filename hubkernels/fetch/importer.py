@@ -82,16 +82,6 @@ def check_capability(metadata: Metadata, system: System) -> None:
     )
 
 
-def _same_build(first: Path, again: Path) -> bool:
-    """Whether the variant at `again` is the build first imported from `first`, by their files. Where `first` is
-    gone (a cleaned cache), the imported module stands: nothing is left to compare it with."""
-    try:
-        imported = _digest.hash_variant(first, memo=True)
-    except OSError:
-        return True
-    return imported == _digest.hash_variant(again, memo=True)
-
-
 def import_variant(
     variant_dir: str | Path,
     *,
@@ -135,6 +125,16 @@ def import_variant(
             module = _exec_package(metadata, variant_dir, init, verified)
         _loaded[metadata.id] = LoadedKernel(variant_dir, metadata, module)
         return module
+
+
+def _same_build(first: Path, again: Path) -> bool:
+    """Whether the variant at `again` is the build first imported from `first`, by their files. Where `first` is
+    gone (a cleaned cache), the imported module stands: nothing is left to compare it with."""
+    try:
+        imported = _digest.hash_variant(first, memo=True)
+    except OSError:
+        return True
+    return imported == _digest.hash_variant(again, memo=True)
 
 
 def _entry_file(variant_dir: Path, metadata: Metadata) -> Path:
