@@ -812,18 +812,22 @@ __device__ __forceinline__ bool offset_fits(const float (&sum)[2]) {{
 FP16_PV = [
     (
         "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
-        _wgmma(64, True, True, "// P V with fp16 P and V\n", dtype="f16") + "\n// O[64 x 64] += P[64 x BN] V[BN x 64]",
+        _wgmma(64, True, True, "// P V with fp16 P and V\n", dtype="f16")
+        + """
+__device__ __forceinline__ uint32_t pack_half(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// O[64 x 64] += P[64 x BN] V[BN x 64]""",
     ),
     (
         "for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));",
         "for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));",
     ),
     (
-        "for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);",
-        """for (int r = 0; r < 4; ++r) {
-      const __half2 h = __floats2half2_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-      p[kk][r] = *reinterpret_cast<const uint32_t*>(&h);
-    }""",
+        "p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);",
+        "p[kk][r] = pack_half(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);",
     ),
     (
         "  uint64_t k_empty[STAGES];  // a stage's K consumed (the overlapped schedule)",
@@ -852,10 +856,8 @@ FP16_PV = [
                        : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
                        : "r"(tile + 16 * c));
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const __half2 h = __floats2half2_rn(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
-            w[i] = *reinterpret_cast<const uint32_t*>(&h);
-          }
+          for (int i = 0; i < 4; ++i)
+            w[i] = pack_half(__uint_as_float(w[i] << 16), __uint_as_float(w[i] & 0xffff0000u));
           asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(tile + 16 * c), "r"(w[0]), "r"(w[1]),
                        "r"(w[2]), "r"(w[3])
                        : "memory");
@@ -882,57 +884,26 @@ FP16_PV = [
 # tiles a second time the shipped way (bf16 P V, the online softmax; the ring counting on from n_tiles: the
 # producer loads every tile again and the converting warps pass them through). On top of offset-safe-15 and
 # fp16-pv ("offset-safe-15+fp16-pv+fp16-range"). Each pass is its own code (a branch around the wgmmas serialises
-# them, C7520), so the first pass's loop is fp16-pv's (384 SASS instructions to its vote, 381 without the check).
+# them, C7520), so the first pass's loop stays fp16-pv's (384 SASS instructions from the turn barrier to the vote,
+# 381 in offset-safe-15+fp16-pv).
 # nvcc 13.0 on the CPU machine: no spills and no serialised wgmma in the bf16 configurations. Not run on a GPU yet.
 FP16_RANGE = [
     (
-        """template <int BN>
-__device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
-  const Desc<kRowBytes> v(v_addr);
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));
-}""",
-        """template <int BN, bool HALF>
-__device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
-  const Desc<kRowBytes> v(v_addr);
-  if constexpr (HALF) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
-  }
-}""",
+        "template <int BN>\n__device__ __forceinline__ void pv(",
+        "template <int BN, bool HALF>\n__device__ __forceinline__ void pv(",
     ),
     (
-        """template <int BN>
-__device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const __half2 h = __floats2half2_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-      p[kk][r] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-}""",
-        """template <int BN, bool HALF>
-__device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
-  if constexpr (HALF) {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const __half2 h = __floats2half2_rn(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-        p[kk][r] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-  } else {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-  }
-}""",
+        "for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));",
+        """for (int kk = 0; kk < BN / 16; ++kk) {
+    if constexpr (HALF) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));
+    else wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
+  }""",
     ),
+    (
+        "template <int BN>\n__device__ __forceinline__ void to_p(",
+        "template <int BN, bool HALF>\n__device__ __forceinline__ void to_p(",
+    ),
+    ("p[kk][r] = pack_half(", "p[kk][r] = (HALF ? pack_half : pack_bf16)("),
     # the serial schedule: fp16 always (one pass: no second one for it)
     (
         "to_p<BN>(p, sc);\n        mbar_wait(&sm.v_half[s], phase);",
@@ -1007,9 +978,9 @@ __device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)
         "        for (int c = t - 32; c < BN * kRowBytes / 16; c += 96) {",
     ),
     (
-        "          for (int i = 0; i < 4; ++i) {\n            const __half2 h",
-        "          for (int i = 0; i < 4; ++i) {\n"
-        "            top = __vmaxu2(top, w[i] & 0x7fff7fffu);\n            const __half2 h",
+        "#pragma unroll\n          for (int i = 0; i < 4; ++i)\n            w[i] = pack_half(",
+        "#pragma unroll\n          for (int i = 0; i < 4; ++i) top = __vmaxu2(top, w[i] & 0x7fff7fffu);\n"
+        "#pragma unroll\n          for (int i = 0; i < 4; ++i)\n            w[i] = pack_half(",
     ),
     (
         """        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // generic writes, read by wgmma
@@ -1032,8 +1003,6 @@ __device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)
             if (t % 32 == 0) mbar_arrive(&sm.v_half[g % STAGES]);
           }""",
     ),
-]
-FP16_RANGE += [
     (
         """      // tile 0's scores alone (O is still zero: no P V yet)
       float sc[BN / 2];
@@ -1116,8 +1085,6 @@ FP16_RANGE += [
       }
 """,
     ),
-]
-FP16_RANGE += [
     (
         "          offset_exp<BN>(sc, m, sum, scores.scale_log2);",
         "          offset_exp<BN>(sc, m, sum, scale_log2(scores));",
@@ -1134,8 +1101,6 @@ __device__ __forceinline__ float scale_log2(const S& s) {
 
 // What a Scores policy may do to its consumer's 64 rows""",
     ),
-]
-FP16_RANGE += [
     # the converting warps' range check needs more than 24 registers: 32 x 128 + 3 x 160 x 128 is all 65536
     (
         'asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");',
