@@ -277,11 +277,14 @@ def attention_tiles(
     k_block: int = K_BLOCK,
     pv_dtype: torch.dtype = torch.bfloat16,
     v_range: Optional[tuple[float, float]] = None,
+    o_check: bool = False,
 ) -> tuple[torch.Tensor, int]:
     """(the tile algorithm's bf16 output [B, S, H, D] as float64, how many row tiles were refit) for bf16 q, k, v:
     fp32 scores, the online softmax (fixed_offset=False) or a fixed offset with refits; P and V rounded to
     pv_dtype for P V. With v_range (lo, hi), a head one of whose V tiles has its largest |v| outside [lo, hi)
-    (and not 0) goes the online way in bf16, as the second pass of the probe's fp16-range does."""
+    (and not 0) goes the online way in bf16, as the second pass of the probe's fp16-range does. With o_check, a
+    head one of whose output rows is not finite (V past fp16's range is inf in fp16) or has a mean |o| under
+    2^-12 (where fp16's subnormals cost V precision) goes that way, as the probe's v-redo does per CTA."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v = (t.to(torch.bfloat16).transpose(1, 2) for t in (q, k, v))
     out = torch.empty(q.shape, dtype=torch.float64)
@@ -316,5 +319,10 @@ def attention_tiles(
                 l_sum = torch.where(online, l_sum * alpha + p.sum(-1, keepdim=True), l_sum)
                 o = torch.where(online, o * alpha + p.to(pv_dtype).float() @ vt, o)
                 m = m_new
+            a = o.abs().sum(-1, keepdim=True)  # not finite, or a mean |o| under 2^-12: the kernel's check
+            if o_check and not ((a < math.inf) & (a >= v.shape[-1] * 2.0**-12 * l_sum)).all():
+                one = (t[b : b + 1, h : h + 1].transpose(1, 2) for t in (q, k, v))
+                out[b, h] = attention_tiles(*one, scale, fixed_offset=False, k_block=k_block)[0][0, :, 0]
+                continue
             out[b, h] = (o / l_sum).to(torch.bfloat16).double()
     return out.transpose(1, 2), refits
