@@ -1166,6 +1166,166 @@ FP16_V = [
         "!make_map(&tv, v, batch, tokens, heads, BN, CU_TENSOR_MAP_DATA_TYPE_FLOAT16) ||",
     ),
 ]
+
+
+def _edit(patch: list[tuple[str, str]], start: str) -> tuple[str, str]:
+    """The one edit of `patch` whose old text starts with `start`."""
+    (hit,) = (e for e in patch if e[0].startswith(start))
+    return hit
+
+
+# fp16 V with no range check of its own: the first pass's output is the check. launch_with casts V to fp16 into
+# stream-ordered scratch (a kernel of its own, inside the timed call: bf16 past fp16's range becomes inf); the
+# first pass runs fp16-pv's loop on it (fixed offset, fp16 P V, no producer conversion); then each consumer judges
+# its rows: an output that is not finite, or with a mean |o| under 2^-12 (fp16's subnormals, spacing 2^-24, could
+# cost V precision there), sends the CTA through its tiles again the shipped way from the bf16 V (fp16-range's
+# second pass, with the ring counting on). The CPU model: ltx_reference.attention_tiles(o_check=True). On top of
+# offset-safe-15: "offset-safe-15+v-redo". nvcc 13.0 on the CPU machine: no spills, no serialised wgmma in the bf16
+# configurations; 318 SASS instructions a tile in the first pass's loop (427 shipped). Not run on a GPU yet.
+V_REDO = [
+    *FP16_PV[:3],
+    *FP16_RANGE[:4],
+    # the serial schedule (not timed with it): fp16 always, one pass
+    (
+        "to_p<BN>(p, sc);\n        mbar_wait(&sm.v_full[s], phase);",
+        "to_p<BN, true>(p, sc);\n        mbar_wait(&sm.v_full[s], phase);",
+    ),
+    ("        pv<BN>(o, p, smem_addr(sm.v[s]));\n", "        pv<BN, true>(o, p, smem_addr(sm.v[s]));\n"),
+    (
+        "          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);\n        }\n      } else {",
+        "          tma_load(sm.v[s], &tv16, &sm.v_full[s], j * BN, h, b);\n        }\n      } else {",
+    ),
+    (
+        "  uint64_t k_empty[STAGES];  // a stage's K consumed (the overlapped schedule)",
+        "  uint64_t k_empty[STAGES];  // a stage's K consumed (the overlapped schedule)\n"
+        "  uint64_t checked;          // every consumer warp has judged the first pass's output\n"
+        "  uint32_t v_wide;           // an output row of the first pass says V in fp16 lost it: run again in bf16",
+    ),
+    (
+        "      mbar_init(&sm.k_empty[s], 4 * nwg);\n    }\n",
+        "      mbar_init(&sm.k_empty[s], 4 * nwg);\n    }\n    mbar_init(&sm.checked, 4 * nwg);\n    sm.v_wide = 0;\n",
+    ),
+    (
+        "                     const Scores scores) {",
+        "                     const Scores scores, const __grid_constant__ CUtensorMap tv16) {",
+    ),
+    (
+        "const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), t = threadIdx.x % 128;\n",
+        """const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), t = threadIdx.x % 128;
+  // whether the first pass is to be run again in bf16: the consumers' verdict, once every one has given it
+  const auto redo = [&] {
+    mbar_wait(&sm.checked, 0);
+    return *reinterpret_cast<volatile uint32_t*>(&sm.v_wide) != 0;
+  };
+""",
+    ),
+    (
+        _edit(FP16_RANGE, "        const auto load_k")[0],
+        _edit(FP16_RANGE, "        const auto load_k")[1].replace(
+            "tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);",
+            "tma_load(sm.v[s], g < n_tiles ? &tv16 : &tv, &sm.v_full[s], j * BN, h, b);",
+        ),
+    ),
+    _edit(FP16_RANGE, "      // tile 0's scores alone"),
+    (
+        """      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
+        """      for (int j = 1; j < n_tiles; ++j) {
+        const int g = base + j, s = g % STAGES, sv = (g - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (g / STAGES) & 1);
+        mbar_wait(&sm.v_full[sv], ((g - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
+    ),
+    _edit(FP16_RANGE, "        pv<BN>(o, p, smem_addr(sm.v[sv]));\n        wgmma_commit();\n        hand_turn("),
+    _edit(FP16_RANGE, "        if constexpr (std::is_same<Scores, Bf16Scores>::value) {"),
+    (
+        """        to_p<BN>(p, sc);
+      }
+      const int sv = (n_tiles - 1) % STAGES;
+      mbar_wait(&sm.v_full[sv], ((n_tiles - 1) / STAGES) & 1);
+      wgmma_fence();
+      pv<BN>(o, p, smem_addr(sm.v[sv]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+""",
+        """        to_p<BN, HALF>(p, sc);
+      }
+      const int g = base + n_tiles - 1, sv = g % STAGES;
+      mbar_wait(&sm.v_full[sv], (g / STAGES) & 1);
+      wgmma_fence();
+      pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+      return sv;
+      };
+      const int sv = pass(std::true_type{}, 0);
+      // The first pass's output, row by row: not finite (a V past fp16's range became inf), or with a mean |o|
+      // under 2^-12, where fp16's subnormals (spacing 2^-24) could cost V precision that bf16 keeps. Either
+      // sends the CTA through its tiles again the shipped way (bf16 V, the online softmax).
+      bool off = false;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float a = 0.f, lt = l[hh];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) a += fabsf(o[4 * c + 2 * hh]) + fabsf(o[4 * c + 2 * hh + 1]);
+        a += __shfl_xor_sync(0xffffffffu, a, 1);
+        a += __shfl_xor_sync(0xffffffffu, a, 2);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        off |= row0 + 8 * hh < tokens && !(a < INFINITY && a >= 0x1p-6f * lt);  // 64 values: 2^-12 each
+      }
+      if (__any_sync(0xffffffffu, off) && lane == 0) *reinterpret_cast<volatile uint32_t*>(&sm.v_wide) = 1;
+      release(&sm.checked);
+      if (redo()) {  // rare
+        release(&sm.empty[sv]);  // the last V, which the second pass loads again
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[i] = 0.f;
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.f;
+        pass(std::false_type{}, n_tiles);
+      }
+""",
+    ),
+    _edit(FP16_RANGE, "          offset_exp<BN>(sc, m, sum, scores.scale_log2);"),
+    _edit(FP16_RANGE, "\n// What a Scores policy may do to its consumer's 64 rows"),
+    (
+        "\n// Launches one configuration with the given scores",
+        """
+// V to fp16, 16 bytes a thread and step (bf16 past fp16's range becomes inf, which the first pass's check sees)
+__global__ void bf16_to_f16(const uint4* __restrict__ in, uint4* __restrict__ out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint4 w = in[i];
+    uint32_t* x = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[k] = pack_half(__uint_as_float(x[k] << 16), __uint_as_float(x[k] & 0xffff0000u));
+    out[i] = w;
+  }
+}
+
+// Launches one configuration with the given scores""",
+    ),
+    (
+        "  const Tiling tiling = make_tiling(batch, tokens, heads, NWG, sm_count(), balance);\n",
+        """  const Tiling tiling = make_tiling(batch, tokens, heads, NWG, sm_count(), balance);
+  // V in fp16 for the first pass: a copy cast by a kernel of its own into stream-ordered scratch
+  void* v16 = nullptr;
+  const size_t chunks = size_t(batch) * tokens * heads * kRowBytes / 16;
+  if (cudaMallocAsync(&v16, chunks * 16, stream) != cudaSuccess) return "no device memory for V in fp16";
+  CUtensorMap tv16;
+  if (!make_map(&tv16, v16, batch, tokens, heads, BN, CU_TENSOR_MAP_DATA_TYPE_FLOAT16)) {
+    cudaFreeAsync(v16, stream);
+    return "the CUDA driver refused the tensor map of V in fp16";
+  }
+  const size_t blocks = (chunks + 255) / 256;
+  bf16_to_f16<<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(static_cast<const uint4*>(v),
+                                                                             static_cast<uint4*>(v16), chunks);
+""",
+    ),
+    ("      scores);\n  return nullptr;", "      scores, tv16);\n  cudaFreeAsync(v16, stream);\n  return nullptr;"),
+]
 # Textual patches of attention.cuh, each built as its own copy of the kernel: the quality gate's planted bug (the
 # softmax exponent rounded to bf16; it must fail the gate) and candidate changes timed without shipping a knob.
 PATCHES = {
@@ -1414,6 +1574,7 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "fp16-pv": FP16_PV,
     "offset-safe-15": _offset_safe("0x1p15f"),  # with fp16-pv: P kept below fp16's largest
     "fp16-v": FP16_V,  # V cast to fp16 before the kernel (inside the timed call)
+    "v-redo": V_REDO,  # after offset-safe-15: fp16 V, the output its own check, a bf16 pass again
     "fp16-range": FP16_RANGE,  # after offset-safe-15+fp16-pv: any V, the CTA again in bf16 where fp16 cannot hold it
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
     "max4": MAX4,
