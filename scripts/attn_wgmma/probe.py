@@ -1310,7 +1310,16 @@ __global__ void bf16_to_f16(const uint4* __restrict__ in, uint4* __restrict__ ou
     (
         "  const Tiling tiling = make_tiling(batch, tokens, heads, NWG, sm_count(), balance);\n",
         """  const Tiling tiling = make_tiling(batch, tokens, heads, NWG, sm_count(), balance);
-  // V in fp16 for the first pass: a copy cast by a kernel of its own into stream-ordered scratch
+  // V in fp16 for the first pass: a copy cast by a kernel of its own into stream-ordered scratch, which the
+  // device's pool keeps between calls (as torch's allocator would) rather than giving back at each sync
+  static const bool kept = [] {
+    int dev = 0;
+    cudaMemPool_t pool;
+    uint64_t keep = ~0ull;
+    return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess &&
+           cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess;
+  }();
+  (void)kept;
   void* v16 = nullptr;
   const size_t chunks = size_t(batch) * tokens * heads * kRowBytes / 16;
   if (cudaMallocAsync(&v16, chunks * 16, stream) != cudaSuccess) return "no device memory for V in fp16";
