@@ -927,6 +927,56 @@ __device__ __forceinline__ uint32_t pack_half(float lo, float hi) {
         "      mbar_wait(&sm.v_half[sv], ((n_tiles - 1) / STAGES) & 1);",
     ),
 ]
+# The parts of a pass that fp16-range and v-redo share: the consumer loop's head and its last P V, counted on the
+# ring from `base` (the second pass's tiles follow the first's), V waited for on barrier `bar`; after the first
+# pass, `tail` decides whether to run the second.
+_PASS_HEAD = (
+    """      for (int j = 1; j < n_tiles; ++j) {
+        const int s = j % STAGES, sv = (j - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
+        mbar_wait(&sm.BAR[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
+    """      for (int j = 1; j < n_tiles; ++j) {
+        const int g = base + j, s = g % STAGES, sv = (g - 1) % STAGES;
+        mbar_wait(&sm.k_full[s], (g / STAGES) & 1);
+        mbar_wait(&sm.BAR[sv], ((g - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
+)
+_PASS_END = (
+    """        to_p<BN>(p, sc);
+      }
+      const int sv = (n_tiles - 1) % STAGES;
+      mbar_wait(&sm.BAR[sv], ((n_tiles - 1) / STAGES) & 1);
+      wgmma_fence();
+      pv<BN>(o, p, smem_addr(sm.v[sv]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+""",
+    """        to_p<BN, HALF>(p, sc);
+      }
+      const int g = base + n_tiles - 1, sv = g % STAGES;
+      mbar_wait(&sm.BAR[sv], (g / STAGES) & 1);
+      wgmma_fence();
+      pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(o);
+      return sv;
+      };
+      const int sv = pass(std::true_type{}, 0);
+""",
+)
+
+
+def _pass_head(bar: str) -> tuple[str, str]:
+    old, new = (x.replace("BAR", bar) for x in _PASS_HEAD)
+    return old, new
+
+
+def _pass_end(bar: str, tail: str) -> tuple[str, str]:
+    old, new = (x.replace("BAR", bar) for x in _PASS_END)
+    return old, new + tail
+
+
 # P V in fp16 made safe for any V: a V tile whose largest |v| (in a producer warp's part) lies past fp16's range,
 # or is nonzero but under 2^-10 (fp16's subnormals would cost it precision), marks the CTA, which then runs its
 # tiles a second time the shipped way (bf16 P V, the online softmax; the ring counting on from n_tiles: the
@@ -1075,16 +1125,7 @@ FP16_RANGE = [
       to_p<BN, HALF>(p, sc);
 """,
     ),
-    (
-        """      for (int j = 1; j < n_tiles; ++j) {
-        const int s = j % STAGES, sv = (j - 1) % STAGES;
-        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
-        mbar_wait(&sm.v_half[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
-        """      for (int j = 1; j < n_tiles; ++j) {
-        const int g = base + j, s = g % STAGES, sv = (g - 1) % STAGES;
-        mbar_wait(&sm.k_full[s], (g / STAGES) & 1);
-        mbar_wait(&sm.v_half[sv], ((g - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
-    ),
+    _pass_head("v_half"),
     (
         """        pv<BN>(o, p, smem_addr(sm.v[sv]));
         wgmma_commit();
@@ -1099,29 +1140,9 @@ FP16_RANGE = [
         """        if constexpr (std::is_same<Scores, Bf16Scores>::value && HALF) {
           float sum[2];""",
     ),
-    (
-        """        to_p<BN>(p, sc);
-      }
-      const int sv = (n_tiles - 1) % STAGES;
-      mbar_wait(&sm.v_half[sv], ((n_tiles - 1) / STAGES) & 1);
-      wgmma_fence();
-      pv<BN>(o, p, smem_addr(sm.v[sv]));
-      wgmma_commit();
-      wgmma_wait_all();
-      pin(o);
-""",
-        """        to_p<BN, HALF>(p, sc);
-      }
-      const int g = base + n_tiles - 1, sv = g % STAGES;
-      mbar_wait(&sm.v_half[sv], (g / STAGES) & 1);
-      wgmma_fence();
-      pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
-      wgmma_commit();
-      wgmma_wait_all();
-      pin(o);
-      return sv;
-      };
-      const int sv = pass(std::true_type{}, 0);
+    _pass_end(
+        "v_half",
+        """\
       if (*reinterpret_cast<volatile uint32_t*>(&sm.v_wide)) {  // rare: a V tile left fp16's range
         release(&sm.empty[sv]);  // the last V, which the second pass loads again
         bar_sync(7, 128 * nwg);  // every consumer past the first pass: the turns' barriers start even
@@ -1227,41 +1248,12 @@ V_REDO = [
         ),
     ),
     _edit(FP16_RANGE, "      // tile 0's scores alone"),
-    (
-        """      for (int j = 1; j < n_tiles; ++j) {
-        const int s = j % STAGES, sv = (j - 1) % STAGES;
-        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
-        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
-        """      for (int j = 1; j < n_tiles; ++j) {
-        const int g = base + j, s = g % STAGES, sv = (g - 1) % STAGES;
-        mbar_wait(&sm.k_full[s], (g / STAGES) & 1);
-        mbar_wait(&sm.v_full[sv], ((g - 1) / STAGES) & 1);  // here: no branch between the fence and P V""",
-    ),
+    _pass_head("v_full"),
     _edit(FP16_RANGE, "        pv<BN>(o, p, smem_addr(sm.v[sv]));\n        wgmma_commit();\n        hand_turn("),
     _edit(FP16_RANGE, "        if constexpr (std::is_same<Scores, Bf16Scores>::value) {"),
-    (
-        """        to_p<BN>(p, sc);
-      }
-      const int sv = (n_tiles - 1) % STAGES;
-      mbar_wait(&sm.v_full[sv], ((n_tiles - 1) / STAGES) & 1);
-      wgmma_fence();
-      pv<BN>(o, p, smem_addr(sm.v[sv]));
-      wgmma_commit();
-      wgmma_wait_all();
-      pin(o);
-""",
-        """        to_p<BN, HALF>(p, sc);
-      }
-      const int g = base + n_tiles - 1, sv = g % STAGES;
-      mbar_wait(&sm.v_full[sv], (g / STAGES) & 1);
-      wgmma_fence();
-      pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
-      wgmma_commit();
-      wgmma_wait_all();
-      pin(o);
-      return sv;
-      };
-      const int sv = pass(std::true_type{}, 0);
+    _pass_end(
+        "v_full",
+        """\
       // The first pass's output, row by row: not finite (a V past fp16's range became inf), or with a mean |o|
       // under 2^-12, where fp16's subnormals (spacing 2^-24) could cost V precision that bf16 keeps. Either
       // sends the CTA through its tiles again the shipped way (bf16 V, the online softmax).
