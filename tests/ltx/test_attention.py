@@ -143,11 +143,17 @@ def test_on_peaked_attention_a_fixed_offset_needs_fp16_p_to_stay_as_accurate():
     assert 1 - fixed_fp16[0] < 1 - online[0] and fixed_fp16[1] < online[1], (fixed_fp16, online, refits)
 
 
-def test_fp16_p_v_leaves_a_head_whose_v_fp16_cannot_hold_to_the_bf16_pass():
-    """A token of head 0's V past fp16's largest, head 1's V 2^-20 small (fp16 keeps it in subnormals), head 2
-    plain. With the range check (the probe's fp16-range) heads 0 and 1 take the online softmax in bf16 and every
-    head is as accurate as the online softmax; without it (the planted bug) head 0 overflows and head 1 loses
-    its precision."""
+@pytest.mark.parametrize(
+    "check",
+    [{"v_range": (2.0**-10, 2.0**16)}, {"o_check": True}],
+    ids=["v-range", "output"],  # the probe's fp16-range (V's range as it is converted), v-redo (the output)
+)
+def test_fp16_p_v_leaves_a_head_whose_v_fp16_cannot_hold_to_the_bf16_pass(check):
+    """A token of head 0's V past fp16's largest (inf in fp16), head 1's V 2^-20 small (fp16 keeps it in
+    subnormals), head 2 plain. Checked by V's range, or by the fp16 pass's own output (rows not finite, or a mean
+    |o| under 2^-12), heads 0 and 1 take the online softmax in bf16, head 2 keeps the fp16 pass, and every head is
+    as accurate as the online softmax; without a check (the planted bug) head 0 overflows and head 1 loses its
+    precision."""
     q, k, v = _qkv(1, 512, 3, seed=5)
     v = v.float()
     v[:, 200, 0] *= 2.0**17
@@ -156,7 +162,7 @@ def test_fp16_p_v_leaves_a_head_whose_v_fp16_cannot_hold_to_the_bf16_pass():
     exact = ref.attention(q, k, v)
     online, _ = ref.attention_tiles(q, k, v, fixed_offset=False)
     fp16 = {"fixed_offset": True, "pv_dtype": torch.float16, "refit_below": 2.0**15}
-    checked, _ = ref.attention_tiles(q, k, v, **fp16, v_range=(2.0**-10, 2.0**16))
+    checked, _ = ref.attention_tiles(q, k, v, **fp16, **check)
 
     def as_accurate(out, h):  # head by head: relative errors at the head's own scale
         return ref.as_accurate_as(
@@ -165,39 +171,11 @@ def test_fp16_p_v_leaves_a_head_whose_v_fp16_cannot_hold_to_the_bf16_pass():
 
     assert all(as_accurate(checked, h) for h in range(3))
     assert torch.equal(checked[:, :, :2], online[:, :, :2])  # the bf16 pass is the online softmax
+    assert not torch.equal(checked[:, :, 2], online[:, :, 2])  # the plain head keeps the fp16 pass
     planted, _ = ref.attention_tiles(q, k, v, **fp16)
     assert not torch.isfinite(planted[:, :, 0]).all()
     assert not as_accurate(planted, 1)
 
-
-
-def test_fp16_v_runs_a_head_again_in_bf16_when_its_output_says_fp16_lost_it():
-    """V cast to fp16 before the kernel (the probe's v-redo) has no range check of its own: the first pass's
-    output is the check. Head 0's V with a token past fp16's largest (inf in fp16: its rows are not finite), head
-    1's 2^-20 small (its rows' mean |o| under 2^-12), head 2 plain. Heads 0 and 1 run again the online way in bf16
-    and every head is as accurate as the online softmax; head 2 keeps the fp16 pass. Without the check (the
-    planted bug) head 0 is not finite and head 1 loses its precision."""
-    q, k, v = _qkv(1, 512, 3, seed=5)
-    v = v.float()
-    v[:, 200, 0] *= 2.0**17
-    v[:, :, 1] *= 2.0**-20
-    v = v.to(torch.bfloat16)
-    exact = ref.attention(q, k, v)
-    online, _ = ref.attention_tiles(q, k, v, fixed_offset=False)
-    fp16 = {"fixed_offset": True, "pv_dtype": torch.float16, "refit_below": 2.0**15}
-    checked, _ = ref.attention_tiles(q, k, v, **fp16, o_check=True)
-
-    def as_accurate(out, h):  # head by head: relative errors at the head's own scale
-        return ref.as_accurate_as(
-            *ref.errors(out[:, :, h], exact[:, :, h]), *ref.errors(online[:, :, h], exact[:, :, h])
-        )
-
-    assert all(as_accurate(checked, h) for h in range(3))
-    assert torch.equal(checked[:, :, :2], online[:, :, :2])  # run again: the online softmax in bf16
-    assert not torch.equal(checked[:, :, 2], online[:, :, 2])  # kept: the fp16 pass
-    planted, _ = ref.attention_tiles(q, k, v, **fp16)
-    assert not torch.isfinite(planted[:, :, 0]).all()
-    assert not as_accurate(planted, 1)
 
 def test_a_row_that_rises_past_its_offset_takes_that_tile_the_exact_way():
     """Keys of the third tile 40 times longer: every row's scores there rise far past tile 0's maximum. With the
