@@ -154,16 +154,40 @@ __device__ __forceinline__ void mask_tail(float (&s)[BN / 2], int first, int tok
 // domain, l this thread's share of the row sum, alpha the factor that rescales the previous state. Row h's
 // exp2-domain scores are (s - kBase) * f[h]: kBase is 0 for bf16 scores; the INT8 draft's scores arrive as
 // floats offset by an exact integer (scripts/attn_wgmma/int8.cuh), which the exponent's FMA takes off.
+// The row maximum is taken over the scores' bits by Hopper's three-input integer max (DPX), two scores an
+// instruction: as signed integers, floats >= +0 keep their order and sort above every negative float, so that is
+// the float maximum wherever a row has a score >= 0. A row whose scores are all negative matters only where its
+// running maximum is negative too; its maximum is then the integer minimum (negative floats sort in reverse),
+// which a warp holding such a row takes in a second pass. The INT8 draft's offset scores are never negative.
 template <int BN, int kBase = 0>
 __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                         const float (&f)[2]) {
-  float mx[2] = {-INFINITY, -INFINITY}, c[2];
+  float mx[2], c[2];
+  // r: max3/max2 over each row's score bits, then over the quad
+  const auto row_extreme = [&](int (&r)[2], auto max3, auto max2) {
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+    for (int h = 0; h < 2; ++h) r[h] = max2(__float_as_int(s[2 * h]), __float_as_int(s[2 * h + 1]));
+#pragma unroll
+    for (int i = 4; i < BN / 2; i += 4)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) r[h] = max3(r[h], __float_as_int(s[i + 2 * h]), __float_as_int(s[i + 2 * h + 1]));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r[h] = max2(r[h], __shfl_xor_sync(0xffffffffu, r[h], 1));
+      r[h] = max2(r[h], __shfl_xor_sync(0xffffffffu, r[h], 2));
+    }
+  };
+  int r[2], n[2];
+  row_extreme(r, [](int a, int b, int c) { return __vimax3_s32(a, b, c); }, [](int a, int b) { return max(a, b); });
+  if constexpr (kBase == 0)
+    if (__any_sync(0xffffffffu, (r[0] < 0 && m[0] < 0.f) || (r[1] < 0 && m[1] < 0.f))) {
+      row_extreme(n, [](int a, int b, int c) { return __vimin3_s32(a, b, c); }, [](int a, int b) { return min(a, b); });
+#pragma unroll
+      for (int h = 0; h < 2; ++h) r[h] = r[h] < 0 ? n[h] : r[h];
+    }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    mx[h] = __int_as_float(r[h]);
     const float m_new = fmaxf(m[h], (kBase ? mx[h] - float(kBase) : mx[h]) * f[h]);
     alpha[h] = ex2(m[h] - m_new);
     m[h] = m_new;

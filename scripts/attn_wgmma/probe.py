@@ -30,94 +30,6 @@ import ltx_reference  # noqa: E402  (the tests' references and quality gates)
 KERNEL = HERE.parent.parent / "kernel_src" / "ltx_cuda_sm90"
 SO = Path(os.environ.get("ATTN_SO", "/tmp/attn_wgmma.so"))
 RESCALE = "#pragma unroll\n  for (int i = 0; i < 32; ++i) o[i] *= alpha[(i >> 1) & 1];"
-# the row maximum in four independent chains per row instead of one (FA4's fmax_reduce): the exponentials
-# wait for the reduction's latency, not its instruction count
-MAX4 = [
-    (
-        """  float mx[2] = {-INFINITY, -INFINITY}, c[2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);""",
-        """  float mx4[2][4], mx[2], c[2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) {
-    const int h = (i >> 1) & 1, k = (i & 1) | ((i >> 1) & 2);
-    mx4[h][k] = i < 8 ? s[i] : fmaxf(mx4[h][k], s[i]);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) mx[h] = fmaxf(fmaxf(mx4[h][0], mx4[h][1]), fmaxf(mx4[h][2], mx4[h][3]));""",
-    )
-]
-# and the row sum in four chains per row too
-SUM4 = [
-    (
-        """  float sum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) {
-    const int h = (i >> 1) & 1;
-    s[i] = ex2(fmaf(s[i], f[h], -c[h]));
-    sum[h] += s[i];
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];""",
-        """  float sum4[2][4];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) {
-    const int h = (i >> 1) & 1, k = (i & 1) | ((i >> 1) & 2);
-    s[i] = ex2(fmaf(s[i], f[h], -c[h]));
-    sum4[h][k] = i < 8 ? s[i] : sum4[h][k] + s[i];
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + ((sum4[h][0] + sum4[h][1]) + (sum4[h][2] + sum4[h][3]));""",
-    )
-]
-
-
-# The row maximum by Hopper's three-input integer max (DPX: VIMNMX3) over the scores' bits, two scores an
-# instruction where FMNMX takes one. As signed integers, floats >= +0 keep their order and sort above every
-# negative float, so the integer maximum is the float maximum wherever a row has a score >= 0. A row whose scores
-# are all negative gets a negative integer; its float maximum is then the integer minimum (negative floats sort in
-# reverse), which only matters where the running maximum is negative too (below it the tile moves nothing): a
-# warp with such a row takes a second pass with VIMNMX3 as a minimum. The 8-bit draft's scores (offset by 1.5 *
-# 2^23) are never negative.
-IMAX3 = [
-    (
-        """  float mx[2] = {-INFINITY, -INFINITY}, c[2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-""",
-        """  float mx[2], c[2];
-  // r: max3/max2 over each row's score bits, then over the quad
-  const auto row_extreme = [&](int (&r)[2], auto max3, auto max2) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) r[h] = max2(__float_as_int(s[2 * h]), __float_as_int(s[2 * h + 1]));
-#pragma unroll
-    for (int i = 4; i < BN / 2; i += 4)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) r[h] = max3(r[h], __float_as_int(s[i + 2 * h]), __float_as_int(s[i + 2 * h + 1]));
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      r[h] = max2(r[h], __shfl_xor_sync(0xffffffffu, r[h], 1));
-      r[h] = max2(r[h], __shfl_xor_sync(0xffffffffu, r[h], 2));
-    }
-  };
-  int r[2], n[2];
-  row_extreme(r, [](int a, int b, int c) { return __vimax3_s32(a, b, c); }, [](int a, int b) { return max(a, b); });
-  if constexpr (kBase == 0)
-    if (__any_sync(0xffffffffu, (r[0] < 0 && m[0] < 0.f) || (r[1] < 0 && m[1] < 0.f))) {
-      row_extreme(n, [](int a, int b, int c) { return __vimin3_s32(a, b, c); }, [](int a, int b) { return min(a, b); });
-#pragma unroll
-      for (int h = 0; h < 2; ++h) r[h] = r[h] < 0 ? n[h] : r[h];
-    }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    mx[h] = __int_as_float(r[h]);
-""",
-    ),
-]
 
 
 def _wgmma(n: int, a_in_registers: bool, b_transposed: bool, comment: str = "", dtype: str = "bf16") -> str:
@@ -1521,18 +1433,6 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
         ),
     ],
     # the row maximum in two chains per row (four in all, as flash-attn-4's SASS has it) instead of one
-    "max2": [
-        (
-            """  float mx[2] = {-INFINITY, -INFINITY}, c[2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);""",
-            """  float mx2[2][2], mx[2], c[2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) mx2[(i >> 1) & 1][i & 1] = i < 4 ? s[i] : fmaxf(mx2[(i >> 1) & 1][i & 1], s[i]);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) mx[h] = fmaxf(mx2[h][0], mx2[h][1]);""",
-        )
-    ],
     "bn96": BN96,
     "bn96-late": BN96 + LATE_WAIT,
     # P's row sums by the tensor cores (P V against [V | ones]) instead of the softmax's additions
@@ -1578,9 +1478,6 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
     "v-redo": V_REDO,  # after offset-safe-15: fp16 V, the output its own check, a bf16 pass again
     "fp16-range": FP16_RANGE,  # after offset-safe-15+fp16-pv: any V, the CTA again in bf16 where fp16 cannot hold it
     "l2-128b": [("CU_TENSOR_MAP_L2_PROMOTION_L2_256B", "CU_TENSOR_MAP_L2_PROMOTION_L2_128B")],
-    "max4": MAX4,
-    "max4-sum4": MAX4 + SUM4,
-    "imax3": IMAX3,  # the row maximum two scores an instruction (DPX), exact
     # timing only (wrong results, the gate fails): where the time goes, by leaving one stage out
     "time-no-ex2": [
         (
