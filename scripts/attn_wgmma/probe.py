@@ -1432,7 +1432,6 @@ __device__ __forceinline__ void to_p_half(uint32_t (&p)[BN / 16][4], const float
         release(&sm.k_empty[s]);""",
         ),
     ],
-    # the row maximum in two chains per row (four in all, as flash-attn-4's SASS has it) instead of one
     "bn96": BN96,
     "bn96-late": BN96 + LATE_WAIT,
     # P's row sums by the tensor cores (P V against [V | ones]) instead of the softmax's additions
