@@ -437,6 +437,19 @@ def test_a_speed_failure_names_a_planted_double_division_against_inductors_kerne
     assert "clamp the operand before the division" in found.detail
 
 
+def test_a_256_bit_store_split_in_halves_counts_as_one_store():
+    """GCC's generic and AMD tunings store an unaligned ymm as `vmovups %xmm` plus `vextractf128`: both halves are
+    the loop's output, so a loop with one vdivps per 8 floats reads as 2 per 16 (AMD EPYC, torch's Inductor)."""
+    from hubkernels.author.verify import diagnose
+
+    mix = vector.Mix()
+    mix.add("vdivps", "%ymm0,%ymm1,%ymm1")
+    mix.add("vextractf128", "$0x1,%ymm1,0x10(%r12,%rbx,4)")
+    mix.add("vmovups", "%xmm1,(%r12,%rbx,4)")
+    assert mix.stored_bits == 256
+    assert diagnose.per16(mix, "fp32")["divides"] == 2
+
+
 def test_verify_models_a_narrower_cpu_when_aten_cpu_capability_says_so(monkeypatch):
     """`ATEN_CPU_CAPABILITY=avx2` (or `default`) caps the ISA verify expects the kernel to run here, as torch's own
     kernels are capped, so an AVX-512 machine can rehearse an AVX2 or a scalar one; read through settings."""

@@ -47,6 +47,9 @@ LANEWISE_COMPARES = 16
 _DIVIDE = re.compile(r"v?divp[sd]")
 _GATHER = re.compile(r"v?p?gather\w+")
 _NARROWING_STORE = re.compile(r"vpmov[a-z]*(?:dw|wb|qd|qw|db|qb)|v?cvtps2ph|vcvtneps2bf16")
+#: Part of a register stored by an extract: GCC's generic and AMD tunings split an unaligned 256-bit store into
+#: `vmovups %xmm` and `vextractf128 $1, %ymm, mem`, so both halves are the loop's output.
+_EXTRACT_STORE = re.compile(r"vextract[fi](?:128|32x4|64x2|32x8|64x4)")
 # `void ns::run_avx512<ns::op(args)::{lambda(auto:1)#1}::operator()<ns::BFloat16>(...) const::{lambda...}>(...)`
 # (a runner of a single-type op has no `operator()<T>`: `ns::run_avx2<ns::op(args)::{lambda(auto:1)#1}>(...)`)
 _RUNNER = re.compile(
@@ -107,6 +110,8 @@ class Mix:
         if regs and to_memory and (mnemonic.startswith(("vmov", "mov")) or _NARROWING_STORE.fullmatch(mnemonic)):
             bits = _WIDTH[regs[0]] // (2 if _NARROWING_STORE.fullmatch(mnemonic) else 1)
             self.stored_bits += bits
+        elif regs and to_memory and _EXTRACT_STORE.fullmatch(mnemonic):
+            self.stored_bits += 256 if mnemonic.endswith(("32x8", "64x4")) else 128
 
     def top(self, n: int = 2) -> str:
         """The most frequent lane-by-lane mnemonics, e.g. `384 vucomiss, 144 vpextrd`."""
