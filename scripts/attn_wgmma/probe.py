@@ -896,7 +896,8 @@ def _pass_end(bar: str, tail: str) -> tuple[str, str]:
 # fp16-pv ("offset-safe-15+fp16-pv+fp16-range"). Each pass is its own code (a branch around the wgmmas serialises
 # them, C7520), so the first pass's loop stays fp16-pv's (384 SASS instructions from the turn barrier to the vote,
 # 381 in offset-safe-15+fp16-pv).
-# nvcc 13.0 on the CPU machine: no spills and no serialised wgmma in the bf16 configurations. Not run on a GPU yet.
+# nvcc 13.0 on the CPU machine: no spills and no serialised wgmma in the bf16 configurations. On the H200 it passes
+# the gate and is slower than the kernel (BENCHMARKS.md §8).
 FP16_RANGE = [
     (
         "template <int BN>\n__device__ __forceinline__ void pv(",
@@ -1114,7 +1115,8 @@ def _edit(patch: list[tuple[str, str]], start: str) -> tuple[str, str]:
 # cost V precision there), sends the CTA through its tiles again the shipped way from the bf16 V (fp16-range's
 # second pass, with the ring counting on). The CPU model: ltx_reference.attention_tiles(o_check=True). On top of
 # offset-safe-15: "offset-safe-15+v-redo". nvcc 13.0 on the CPU machine: no spills, no serialised wgmma in the bf16
-# configurations; 318 SASS instructions a tile in the first pass's loop (427 shipped). Not run on a GPU yet.
+# configurations; 318 SASS instructions a tile in the first pass's loop (403 in the kernel). On the H200 it passes
+# every set, more accurate than cuDNN, and is slower than the kernel with the integer maximum (BENCHMARKS.md §8).
 V_REDO = [
     *FP16_PV[:3],
     *FP16_RANGE[:4],
