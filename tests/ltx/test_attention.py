@@ -221,9 +221,9 @@ def test_the_kernel_is_as_accurate_as_cudnn_bf16(ltx, shape, k_outliers, seed):
 
 
 def _hard(case: str, seed: int):
-    """Inputs on which the kernel's first pass (V in fp16, one softmax offset per row) alone would lose: a token's
-    V past fp16's range in heads 0-1 (v-wide), V 2^-20 small in heads 2-3 (v-tiny), rows whose weight sits on a
-    few keys (peaked), a tile of keys 40 times longer than the first (rising)."""
+    """Inputs on which V in fp16 or one softmax offset per row (a faster softmax, the probe's offset-safe-15+v-redo)
+    would lose: a token's V past fp16's range in heads 0-1 (v-wide), V 2^-20 small in heads 2-3 (v-tiny), rows whose
+    weight sits on a few keys (peaked), a tile of keys 40 times longer than the first (rising)."""
     q, k, v = (t.float() for t in _qkv(1, 2048, 4, seed=seed))
     if case == "v-wide":
         v[:, 700, :2] *= 2.0**17
