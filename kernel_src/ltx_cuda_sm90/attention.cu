@@ -7,9 +7,10 @@
 
 namespace ltx_cuda_sm90 {
 
-const char* attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
-                      int64_t heads, float scale, cudaStream_t stream) {
-  return launch_attention<3, 128, 3, Schedule::kOverlapOrdered>(out, q, k, v, batch, tokens, heads, scale, stream);
+const char* attention(void* out, const void* q, const void* k, const void* v, void* v16, int64_t batch,
+                      int64_t tokens, int64_t heads, float scale, cudaStream_t stream) {
+  return launch_attention<3, 128, 3, Schedule::kOverlapOrdered>(out, q, k, v, v16, batch, tokens, heads, scale,
+                                                                stream);
 }
 
 }  // namespace ltx_cuda_sm90

@@ -7,6 +7,12 @@
 // S = Q K^T by wgmma from shared memory, online softmax in registers (exp2 domain), O += P V by wgmma with P in
 // registers and V read transposed. How a consumer orders that work is the kernel's Schedule (below): the
 // shipped one issues Q K^T(j) and P V(j - 1) together, and the consumers take turns to issue them.
+// The overlapped schedules run two passes at most. The first takes V in fp16 (cast by the launch into the
+// caller's scratch) and the bf16 scores against one softmax offset per row, tile 0's maximum, with fp16 P V: no
+// running maximum and no rescale of O. A row whose exponentials pass 2^15 takes that tile the exact way (new
+// maximum, O rescaled). Each consumer then judges its rows by their output: not finite (a V past fp16's range)
+// or a mean |o| under 2^-12 (fp16's subnormals could cost V precision) sends the CTA through its tiles again the
+// online way over the bf16 V, so the output is as accurate as the online softmax's on every input.
 // Each consumer stages its normalised O rows in its own rows of the Q tile and stores them with one bulk tensor
 // copy. Out-of-range tokens of the last tiles arrive as zeros; their scores are masked and their rows not stored.
 // How a tile's scores come to be is the kernel's Scores policy: Bf16Scores here (bf16 q and k, bf16 wgmma);
@@ -16,10 +22,12 @@
 
 #include <cuda.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "tiling.cuh"
 #include "wgmma.cuh"
@@ -122,6 +130,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+__device__ __forceinline__ uint32_t pack_half(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
 // S[64 x BN] = Q[64 x 64] K[BN x 64]^T: four k16 steps of 32 bytes along the swizzled rows.
 template <int BN>
 __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t k_addr) {
@@ -134,12 +147,15 @@ __device__ __forceinline__ void qk(float (&s)[BN / 2], uint32_t q_addr, uint32_t
   }
 }
 
-// O[64 x 64] += P[64 x BN] V[BN x 64]: BN/16 steps of 16 tokens (2 KB of V each).
-template <int BN>
+// O[64 x 64] += P[64 x BN] V[BN x 64]: BN/16 steps of 16 tokens (2 KB of V each); P and V fp16 where HALF.
+template <int BN, bool HALF>
 __device__ __forceinline__ void pv(float (&o)[32], const uint32_t (&p)[BN / 16][4], uint32_t v_addr) {
   const Desc<kRowBytes> v(v_addr);
 #pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    if constexpr (HALF) wgmma_rs_n64_f16(o, p[kk], v.at(kk * 16 * kRowBytes));
+    else wgmma_rs_n64(o, p[kk], v.at(kk * 16 * kRowBytes));
+  }
 }
 
 // Scores of tokens at or past `tokens` (the last tile's zero rows) become -inf.
@@ -202,6 +218,42 @@ __device__ __forceinline__ void softmax(float (&s)[BN / 2], float (&m)[2], float
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];
+}
+
+// The exponentials of one S tile against the fixed row offsets m (exp2 domain), in place; sum: this thread's
+// share of each row's sum.
+template <int BN>
+__device__ __forceinline__ void offset_exp(float (&s)[BN / 2], const float (&m)[2], float (&sum)[2], float f) {
+  sum[0] = sum[1] = 0.f;
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) {
+    const int h = (i >> 1) & 1;
+    s[i] = ex2(fmaf(s[i], f, -m[h]));
+    sum[h] += s[i];
+  }
+}
+
+// Whether any of the 128 threads at named barrier `id` passes p (each of them gets the answer).
+__device__ __forceinline__ bool bar_red_or(int id, bool p) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred P, Q;\nsetp.ne.u32 P, %1, 0;\nbar.red.or.pred Q, %2, 128, P;\nselp.u32 %0, 1, 0, Q;\n}"
+      : "=r"(any)
+      : "r"(uint32_t(p)), "r"(id)
+      : "memory");
+  return any != 0;
+}
+
+// Whether a row share's exponentials still fit their offset (false for inf and NaN).
+__device__ __forceinline__ bool offset_fits(const float (&sum)[2]) {
+  return sum[0] < 0x1p15f && sum[1] < 0x1p15f;
+}
+
+struct Bf16Scores;
+// the bf16 scores' exp2-domain scale, which the fixed offset needs (0 for the 8-bit draft, which keeps its maximum)
+template <class S>
+__device__ __forceinline__ float scale_log2(const S& s) {
+  if constexpr (std::is_same<S, Bf16Scores>::value) return s.scale_log2; else return 0.f;
 }
 
 // What a Scores policy may do to its consumer's 64 rows of the Q tile before the first Q K^T: fold_start() runs
@@ -292,6 +344,8 @@ struct Smem {
   uint64_t v_full[STAGES];
   uint64_t empty[STAGES];    // a stage's V (and K, in the serial schedule) consumed
   uint64_t k_empty[STAGES];  // a stage's K consumed (the overlapped schedule)
+  uint64_t checked;          // every consumer warp has judged the first pass's output
+  uint32_t v_wide;           // an output row of the first pass says V in fp16 lost it: run again in bf16
 };
 
 // How a consumer orders its work on one K/V tile j.
@@ -311,12 +365,12 @@ __device__ __forceinline__ void rescale(float (&o)[32], const float (&alpha)[2])
 }
 
 // P as wgmma A fragments: 16 columns of the m64nN accumulator layout are the m64k16 A layout.
-template <int BN>
+template <int BN, bool HALF>
 __device__ __forceinline__ void to_p(uint32_t (&p)[BN / 16][4], const float (&s)[BN / 2]) {
 #pragma unroll
   for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) p[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    for (int r = 0; r < 4; ++r) p[kk][r] = (HALF ? pack_half : pack_bf16)(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
 template <int NWG>
@@ -329,7 +383,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
     attention_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
                      const __grid_constant__ CUtensorMap tv, const __grid_constant__ CUtensorMap to,
                      __nv_bfloat16* __restrict__ out, int tokens, int heads, const Tiling tiling,
-                     const Scores scores) {
+                     const Scores scores, const __grid_constant__ CUtensorMap tv16) {
   static_assert(NWG == 2 || NWG == 3, "two or three consumer warpgroups");
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
   using Sm = Smem<BM, BN, STAGES, QK_ROW>;
@@ -341,6 +395,11 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
   // the warpgroup from lane 0, so that the compiler knows it warp-uniform and keeps the wgmma descriptors that
   // derive from it in uniform registers
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0), t = threadIdx.x % 128;
+  // whether the first pass is to be run again in bf16: the consumers' verdict, once every one has given it
+  const auto redo = [&] {
+    mbar_wait(&sm.checked, 0);
+    return *reinterpret_cast<volatile uint32_t*>(&sm.v_wide) != 0;
+  };
 
   if (threadIdx.x == 0) {
     mbar_init(&sm.q_full, 1);
@@ -350,6 +409,8 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
       mbar_init(&sm.empty[s], 4 * nwg);  // one arrival per consumer warp
       mbar_init(&sm.k_empty[s], 4 * nwg);
     }
+    mbar_init(&sm.checked, 4 * nwg);
+    sm.v_wide = 0;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
@@ -371,24 +432,28 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         }
       } else {
         // in the order the consumers take them: K(0), then K(j) with V(j - 1), then the last V
-        const auto load_k = [&](int j) {
-          const int s = j % STAGES;
-          if (j >= STAGES) mbar_wait(&sm.k_empty[s], ((j / STAGES) & 1) ^ 1);
+        // g: the ring's count (the second pass counts on from n_tiles), g % n_tiles the tile
+        const auto load_k = [&](int g) {
+          const int s = g % STAGES, j = g < n_tiles ? g : g - n_tiles;
+          if (g >= STAGES) mbar_wait(&sm.k_empty[s], ((g / STAGES) & 1) ^ 1);
           mbar_expect_tx(&sm.k_full[s], BN * QK_ROW);
           tma_load(sm.k[s], &tk, &sm.k_full[s], j * BN, h, b);
         };
-        const auto load_v = [&](int j) {
-          const int s = j % STAGES;
-          if (j >= STAGES) mbar_wait(&sm.empty[s], ((j / STAGES) & 1) ^ 1);
+        const auto load_v = [&](int g) {
+          const int s = g % STAGES, j = g < n_tiles ? g : g - n_tiles;
+          if (g >= STAGES) mbar_wait(&sm.empty[s], ((g / STAGES) & 1) ^ 1);
           mbar_expect_tx(&sm.v_full[s], BN * kRowBytes);
-          tma_load(sm.v[s], &tv, &sm.v_full[s], j * BN, h, b);
+          tma_load(sm.v[s], g < n_tiles ? &tv16 : &tv, &sm.v_full[s], j * BN, h, b);
         };
-        load_k(0);
-        for (int j = 1; j < n_tiles; ++j) {
-          load_k(j);
-          load_v(j - 1);
+        for (int base = 0;; base = n_tiles) {
+          load_k(base);
+          for (int j = 1; j < n_tiles; ++j) {
+            load_k(base + j);
+            load_v(base + j - 1);
+          }
+          load_v(base + n_tiles - 1);
+          if (base || !redo()) break;
         }
-        load_v(n_tiles - 1);
       }
     }
   } else {
@@ -420,10 +485,10 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
         scores.template softmax<BN>(sc, m, l, alpha, rows);
         rescale(o, alpha);
-        to_p<BN>(p, sc);
+        to_p<BN, false>(p, sc);
         mbar_wait(&sm.v_full[s], phase);
         wgmma_fence();
-        pv<BN>(o, p, smem_addr(sm.v[s]));
+        pv<BN, false>(o, p, smem_addr(sm.v[s]));
         wgmma_commit();
         wgmma_wait_all();
         pin(o);
@@ -436,56 +501,111 @@ __global__ void __launch_bounds__(128 * (NWG + 1), 1)
         __syncwarp();
         if (lane == 0) mbar_arrive(bar);
       };
-      // tile 0's scores alone (O is still zero: no P V yet)
       float sc[BN / 2];
-      mbar_wait(&sm.k_full[0], 0);
-      scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[0]), 0);
-      release(&sm.k_empty[0]);
-      if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
-      scores.template softmax<BN>(sc, m, l, alpha, rows);
-      to_p<BN>(p, sc);
-      // Turns: consumer w waits on barrier 1 + w, then hands the turn to the next. An arrival that hands
-      // nothing (every consumer's but the first's here, the last consumer's on the last tile) goes to the
-      // consumer's own one-warpgroup barrier 12 + w instead, which it completes alone: no barrier is left
-      // half-arrived, and no consumer branches around a barrier (ptxas would serialise the wgmmas: C7520).
-      // The next consumer's barrier, worked out once: a division in the loop would sit between the wgmmas'
-      // issue and the hand-over (6 % slower, measured).
-      const int next = 1 + (w + 1 < nwg ? w + 1 : 0);
-      const bool last = w == nwg - 1;
-      const auto hand_turn = [&](bool to_next, int next_bar) {
-        if constexpr (kOrdered) bar_arrive(to_next ? next_bar : 12 + w, to_next ? 256 : 128);
-      };
-      hand_turn(w == 0 && n_tiles > 1, 1);  // the first consumer issues first
-      for (int j = 1; j < n_tiles; ++j) {
-        const int s = j % STAGES, sv = (j - 1) % STAGES;
-        mbar_wait(&sm.k_full[s], (j / STAGES) & 1);
-        mbar_wait(&sm.v_full[sv], ((j - 1) / STAGES) & 1);  // here: no branch between the fence and P V
-        if constexpr (kOrdered) bar_sync(1 + w, 256);
-        wgmma_fence();
-        scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
-        wgmma_commit();
-        pv<BN>(o, p, smem_addr(sm.v[sv]));
-        wgmma_commit();
-        hand_turn(!(last && j == n_tiles - 1), next);
-        wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
-        pin(sc);
-        scores.template finish<BN>(sc, rows, j);
-        release(&sm.k_empty[s]);
-        if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+      // One pass over the tiles, in fp16 P V with the fixed offset (HALF) or the shipped way; base: the ring's
+      // count at its first tile. Each pass its own code: a branch around the wgmmas serialises them (C7520).
+      const auto pass = [&](auto half, int base) {
+        constexpr bool HALF = decltype(half)::value;
+        // tile 0's scores alone (O is still zero: no P V yet)
+        mbar_wait(&sm.k_full[base % STAGES], (base / STAGES) & 1);
+        scores.template tile<BN>(sc, rows, q_addr, smem_addr(sm.k[base % STAGES]), 0);
+        release(&sm.k_empty[base % STAGES]);
+        if (BN > tokens) mask_tail<BN>(sc, 0, tokens, lane);
         scores.template softmax<BN>(sc, m, l, alpha, rows);
-        wgmma_wait<0>();
+        to_p<BN, HALF>(p, sc);
+        // Turns: consumer w waits on barrier 1 + w, then hands the turn to the next. An arrival that hands
+        // nothing (every consumer's but the first's here, the last consumer's on the last tile) goes to the
+        // consumer's own one-warpgroup barrier 12 + w instead, which it completes alone: no barrier is left
+        // half-arrived, and no consumer branches around a barrier (ptxas would serialise the wgmmas: C7520).
+        // The next consumer's barrier, worked out once: a division in the loop would sit between the wgmmas'
+        // issue and the hand-over (6 % slower, measured).
+        const int next = 1 + (w + 1 < nwg ? w + 1 : 0);
+        const bool last = w == nwg - 1;
+        const auto hand_turn = [&](bool to_next, int next_bar) {
+          if constexpr (kOrdered) bar_arrive(to_next ? next_bar : 12 + w, to_next ? 256 : 128);
+        };
+        hand_turn(w == 0 && n_tiles > 1, 1);  // the first consumer issues first
+        for (int j = 1; j < n_tiles; ++j) {
+          const int g = base + j, s = g % STAGES, sv = (g - 1) % STAGES;
+          mbar_wait(&sm.k_full[s], (g / STAGES) & 1);
+          mbar_wait(&sm.v_full[sv], ((g - 1) / STAGES) & 1);  // here: no branch between the fence and P V
+          if constexpr (kOrdered) bar_sync(1 + w, 256);
+          wgmma_fence();
+          scores.template issue<BN>(sc, rows, q_addr, smem_addr(sm.k[s]), j);
+          wgmma_commit();
+          pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
+          wgmma_commit();
+          hand_turn(!(last && j == n_tiles - 1), next);
+          wgmma_wait<1>();  // Q K^T(j) done; P V(j - 1) may still run
+          pin(sc);
+          scores.template finish<BN>(sc, rows, j);
+          if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+          if constexpr (std::is_same<Scores, Bf16Scores>::value && HALF) {
+            float sum[2];
+            offset_exp<BN>(sc, m, sum, scale_log2(scores));
+            const bool refit = bar_red_or(4 + w, !offset_fits(sum));  // the warpgroup's, as its wgmma
+            wgmma_wait<0>();
+            pin(o);
+            release(&sm.empty[sv]);
+            if (refit) {  // rare: a row rose 64 past its offset; the tile again, the exact way
+              wgmma_fence();
+              qk<BN>(sc, q_addr, smem_addr(sm.k[s]));
+              wgmma_commit();
+              wgmma_wait_all();
+              pin(sc);
+              if ((j + 1) * BN > tokens) mask_tail<BN>(sc, j * BN, tokens, lane);
+              scores.template softmax<BN>(sc, m, l, alpha, rows);
+              rescale(o, alpha);
+            } else {
+              l[0] += sum[0];
+              l[1] += sum[1];
+            }
+            release(&sm.k_empty[s]);  // K(j): read again only by a refit
+          } else {
+            release(&sm.k_empty[s]);
+            scores.template softmax<BN>(sc, m, l, alpha, rows);
+            wgmma_wait<0>();
+            pin(o);
+            release(&sm.empty[sv]);
+            rescale(o, alpha);
+          }
+          to_p<BN, HALF>(p, sc);
+        }
+        const int g = base + n_tiles - 1, sv = g % STAGES;
+        mbar_wait(&sm.v_full[sv], (g / STAGES) & 1);
+        wgmma_fence();
+        pv<BN, HALF>(o, p, smem_addr(sm.v[sv]));
+        wgmma_commit();
+        wgmma_wait_all();
         pin(o);
-        release(&sm.empty[sv]);
-        rescale(o, alpha);
-        to_p<BN>(p, sc);
+        return sv;
+      };
+      const int sv = pass(std::true_type{}, 0);
+      // The first pass's output, row by row: not finite (a V past fp16's range became inf), or with a mean |o|
+      // under 2^-12, where fp16's subnormals (spacing 2^-24) could cost V precision that bf16 keeps. Either
+      // sends the CTA through its tiles again the shipped way (bf16 V, the online softmax).
+      bool off = false;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float a = 0.f, lt = l[hh];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) a += fabsf(o[4 * c + 2 * hh]) + fabsf(o[4 * c + 2 * hh + 1]);
+        a += __shfl_xor_sync(0xffffffffu, a, 1);
+        a += __shfl_xor_sync(0xffffffffu, a, 2);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+        lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+        off |= row0 + 8 * hh < tokens && !(a < INFINITY && a >= 0x1p-6f * lt);  // 64 values: 2^-12 each
       }
-      const int sv = (n_tiles - 1) % STAGES;
-      mbar_wait(&sm.v_full[sv], ((n_tiles - 1) / STAGES) & 1);
-      wgmma_fence();
-      pv<BN>(o, p, smem_addr(sm.v[sv]));
-      wgmma_commit();
-      wgmma_wait_all();
-      pin(o);
+      if (__any_sync(0xffffffffu, off) && lane == 0) *reinterpret_cast<volatile uint32_t*>(&sm.v_wide) = 1;
+      release(&sm.checked);
+      if (redo()) {  // rare
+        release(&sm.empty[sv]);  // the last V, which the second pass loads again
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[i] = 0.f;
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.f;
+        pass(std::false_type{}, n_tiles);
+      }
     }
 
     // finish the row sums across the quad, normalise, store bf16
@@ -559,11 +679,23 @@ inline int sm_count() {
   return sms;
 }
 
+// V to fp16, 16 bytes a thread and step (bf16 past fp16's range becomes inf, which the first pass's check sees)
+static __global__ void bf16_to_f16(const uint4* __restrict__ in, uint4* __restrict__ out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint4 w = in[i];
+    uint32_t* x = reinterpret_cast<uint32_t*>(&w);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[k] = pack_half(__uint_as_float(x[k] << 16), __uint_as_float(x[k] & 0xffff0000u));
+    out[i] = w;
+  }
+}
+
 // Launches one configuration with the given scores; returns nullptr, or what went wrong. The launch itself is
-// checked by the caller.
+// checked by the caller. v16: scratch of v's size, which the overlapped schedules overwrite with V in fp16 (the
+// serial one takes nullptr).
 template <class Scores, int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
-const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, int64_t batch,
-                        int64_t tokens, int64_t heads, cudaStream_t stream, bool balance = true) {
+const char* launch_with(const Scores& scores, void* out, const void* q, const void* k, const void* v, void* v16,
+                        int64_t batch, int64_t tokens, int64_t heads, cudaStream_t stream, bool balance = true) {
   constexpr int BM = 64 * NWG, QK_ROW = Scores::kQKRowBytes;
   CUtensorMap tq, tk, tv, to;  // to: the output, 64 rows a box (one consumer's)
   if (!make_map(&tq, q, batch, tokens, heads, BM, Scores::kMapType, QK_ROW, Scores::kSwizzle) ||
@@ -576,18 +708,29 @@ const char* launch_with(const Scores& scores, void* out, const void* q, const vo
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess)
     return "could not raise the kernel's shared-memory limit on this device";
   const Tiling tiling = make_tiling(batch, tokens, heads, NWG, sm_count(), balance);
+  // V in fp16 for the first pass of the overlapped schedules: cast by a kernel of its own into the caller's
+  // scratch (the serial schedule reads V as it is)
+  const size_t chunks = size_t(batch) * tokens * heads * kRowBytes / 16;
+  CUtensorMap tv16 = tv;
+  if constexpr (SCHED != Schedule::kSerial) {
+    if (!make_map(&tv16, v16, batch, tokens, heads, BN, CU_TENSOR_MAP_DATA_TYPE_FLOAT16))
+      return "the CUDA driver refused the tensor map of V in fp16";
+    const size_t blocks = (chunks + 255) / 256;
+    bf16_to_f16<<<unsigned(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(static_cast<const uint4*>(v),
+                                                                               static_cast<uint4*>(v16), chunks);
+  }
   kernel<<<static_cast<unsigned>(tiling.ctas), 128 * (NWG + 1), smem, stream>>>(
       tq, tk, tv, to, static_cast<__nv_bfloat16*>(out), static_cast<int>(tokens), static_cast<int>(heads), tiling,
-      scores);
+      scores, tv16);
   return nullptr;
 }
 
 // The bf16 kernel in one configuration (attention.cu's and the probe's entry).
 template <int NWG, int BN, int STAGES, Schedule SCHED = Schedule::kSerial>
-const char* launch_attention(void* out, const void* q, const void* k, const void* v, int64_t batch, int64_t tokens,
-                             int64_t heads, float scale, cudaStream_t stream, bool balance = true) {
+const char* launch_attention(void* out, const void* q, const void* k, const void* v, void* v16, int64_t batch,
+                             int64_t tokens, int64_t heads, float scale, cudaStream_t stream, bool balance = true) {
   return launch_with<Bf16Scores, NWG, BN, STAGES, SCHED>(Bf16Scores{{}, scale * 1.4426950408889634f}, out, q, k, v,
-                                                         batch, tokens, heads, stream, balance);
+                                                         v16, batch, tokens, heads, stream, balance);
 }
 
 }  // namespace ltx_cuda_sm90

@@ -623,8 +623,10 @@ Tensor attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, dou
   const Tensor q = dense(q_in), k = dense(k_in), v = dense(v_in);
   Tensor out = output_like(q);
   if (q.numel() == 0) return out;
-  const char* why = ltx_cuda_sm90::attention(ptr(out), ptr(q), ptr(k), ptr(v), q.size(0), q.size(1), q.size(2),
-                                             static_cast<float>(scale), launch.stream());
+  // V in fp16 for the kernel's first pass: torch's caching allocator, on this stream, so it is reused call to call
+  Tensor v16 = torch::stable::empty_like(v);
+  const char* why = ltx_cuda_sm90::attention(ptr(out), ptr(q), ptr(k), ptr(v), ptr(v16), q.size(0), q.size(1),
+                                             q.size(2), static_cast<float>(scale), launch.stream());
   require(why == nullptr, op, why ? why : "");
   launch.check();
   return out;

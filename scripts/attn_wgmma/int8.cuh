@@ -99,11 +99,11 @@ struct Int8Scores : NoFold {
 
 // The 8-bit attention: three consumer warpgroups, 128-token tiles (a k scale's), STAGES-deep ring.
 template <int STAGES, Schedule SCHED = Schedule::kSerial>
-const char* launch_attention_int8(void* out, const void* q8, const void* k8, const void* v, const float* q_scale,
-                                  const float* k_scale, int64_t batch, int64_t tokens, int64_t heads,
-                                  cudaStream_t stream) {
-  return launch_with<Int8Scores, 3, 128, STAGES, SCHED>(Int8Scores{{}, q_scale, k_scale}, out, q8, k8, v, batch, tokens,
-                                                        heads, stream);
+const char* launch_attention_int8(void* out, const void* q8, const void* k8, const void* v, void* v16,
+                                  const float* q_scale, const float* k_scale, int64_t batch, int64_t tokens,
+                                  int64_t heads, cudaStream_t stream) {
+  return launch_with<Int8Scores, 3, 128, STAGES, SCHED>(Int8Scores{{}, q_scale, k_scale}, out, q8, k8, v, v16, batch,
+                                                        tokens, heads, stream);
 }
 
 }  // namespace ltx_cuda_sm90

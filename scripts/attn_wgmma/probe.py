@@ -1629,7 +1629,7 @@ def attention(variant: int, patch: str | None = None):
 
     lib = ctypes.CDLL(str(PATCHED / patch / "attn.so" if patch else SO))
     lib.ltx_attn_fwd.argtypes = (
-        [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+        [ctypes.c_void_p] * 5 + [ctypes.c_int] * 3 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     )
     lib.ltx_attn_variant.restype = ctypes.c_char_p
     half_v = patch is not None and "fp16-v" in patch.split("+")
@@ -1638,7 +1638,10 @@ def attention(variant: int, patch: str | None = None):
         v = v.to(torch.float16) if half_v else v
         stream = torch.cuda.current_stream().cuda_stream
         b, n, h, _ = q.shape
-        rc = lib.ltx_attn_fwd(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), b, n, h, D**-0.5, stream, variant)
+        v16 = torch.empty_like(v)  # the kernel's fp16 V, from torch's allocator as the binding takes it
+        rc = lib.ltx_attn_fwd(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), v16.data_ptr(), o.data_ptr(), b, n, h, D**-0.5, stream, variant
+        )
         if rc:
             raise RuntimeError(f"ltx_attn_fwd returned {rc}")
         return o
@@ -1705,13 +1708,13 @@ def one_int8(label: str = "int8", patch: str | None = None) -> dict:
 
     ref = ltx_reference
     lib = ctypes.CDLL(str(PATCHED / patch / "attn.so" if patch else SO))
-    lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_int]
+    lib.ltx_attn_int8_fwd.argtypes = [ctypes.c_void_p] * 7 + [ctypes.c_int] * 3 + [ctypes.c_void_p, ctypes.c_int]
     schedule = INT8_SCHEDULES[label]
     dev = torch.device("cuda")
 
     def kernel(q8, k8, v, q_scale, k_scale, o):
         b, n, h, _ = v.shape
-        ptrs = (t.data_ptr() for t in (q8, k8, v, o, q_scale, k_scale))
+        ptrs = (t.data_ptr() for t in (q8, k8, v, torch.empty_like(v), o, q_scale, k_scale))
         if rc := lib.ltx_attn_int8_fwd(*ptrs, b, n, h, torch.cuda.current_stream().cuda_stream, schedule):
             raise RuntimeError(f"ltx_attn_int8_fwd returned {rc}")
         return o

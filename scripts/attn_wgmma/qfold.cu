@@ -25,11 +25,11 @@ extern "C" int ltx_grid_prologue(void* q_out, void* k_out, const void* q, const 
   return done(nullptr);
 }
 
-extern "C" int ltx_attn(void* o, const void* q, const void* k, const void* v, int B, int S, int H, float scale,
-                        void* stream) {
+extern "C" int ltx_attn(void* o, const void* q, const void* k, const void* v, void* v16, int B, int S, int H,
+                        float scale, void* stream) {
   using ltx_cuda_sm90::Schedule;
   return done(ltx_cuda_sm90::launch_attention<3, 128, 3, Schedule::kOverlapOrdered>(
-      o, q, k, v, B, S, H, scale, static_cast<cudaStream_t>(stream)));
+      o, q, k, v, v16, B, S, H, scale, static_cast<cudaStream_t>(stream)));
 }
 
 extern "C" int ltx_qfold_prologue(void* k_out, float* q_inv_rms, const void* q, const void* k, const void* wq,
@@ -40,9 +40,9 @@ extern "C" int ltx_qfold_prologue(void* k_out, float* q_inv_rms, const void* q, 
   return done(nullptr);
 }
 
-extern "C" int ltx_qfold_attn(void* o, const void* q, const void* k, const void* v, const float* inv_rms,
-                              const void* wq, const float* pos, const float* freqs, int B, int S, int H, float scale,
-                              void* stream) {
-  return done(ltx_cuda_sm90::launch_attention_qfold(o, q, k, v, inv_rms, wq, pos, freqs, B, S, H, scale,
+extern "C" int ltx_qfold_attn(void* o, const void* q, const void* k, const void* v, void* v16,
+                              const float* inv_rms, const void* wq, const float* pos, const float* freqs, int B,
+                              int S, int H, float scale, void* stream) {
+  return done(ltx_cuda_sm90::launch_attention_qfold(o, q, k, v, v16, inv_rms, wq, pos, freqs, B, S, H, scale,
                                                     static_cast<cudaStream_t>(stream)));
 }

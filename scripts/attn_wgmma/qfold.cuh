@@ -131,17 +131,18 @@ struct QFoldScores : Bf16Scores {
 };
 
 // The Q fold's attention: q raw, k from k_rope_q_rms, the shipped configuration.
-inline const char* launch_attention_qfold(void* out, const void* q, const void* k, const void* v, const float* inv_rms,
-                                          const void* weight, const float* pos, const float* freqs, int64_t batch,
-                                          int64_t tokens, int64_t heads, float scale, cudaStream_t stream) {
+inline const char* launch_attention_qfold(void* out, const void* q, const void* k, const void* v, void* v16,
+                                          const float* inv_rms, const void* weight, const float* pos,
+                                          const float* freqs, int64_t batch, int64_t tokens, int64_t heads,
+                                          float scale, cudaStream_t stream) {
   const QFoldScores scores{{{}, scale * 1.4426950408889634f},
                            inv_rms,
                            static_cast<const __nv_bfloat16*>(weight),
                            pos,
                            freqs,
                            static_cast<int>(heads * kHeadDim % 6)};
-  return launch_with<QFoldScores, 3, 128, 3, Schedule::kOverlapOrdered>(scores, out, q, k, v, batch, tokens, heads,
-                                                                         stream);
+  return launch_with<QFoldScores, 3, 128, 3, Schedule::kOverlapOrdered>(scores, out, q, k, v, v16, batch, tokens,
+                                                                         heads, stream);
 }
 
 }  // namespace ltx_cuda_sm90

@@ -57,9 +57,9 @@ class Lib:
         self.lib = lib = ctypes.CDLL(str(SO))
         p, i, f, n = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_long
         lib.ltx_grid_prologue.argtypes = [p] * 8 + [n, n, f, p]
-        lib.ltx_attn.argtypes = [p] * 4 + [i] * 3 + [f, p]
+        lib.ltx_attn.argtypes = [p] * 5 + [i] * 3 + [f, p]
         lib.ltx_qfold_prologue.argtypes = [p] * 8 + [n, n, f, p]
-        lib.ltx_qfold_attn.argtypes = [p] * 8 + [i] * 3 + [f, p]
+        lib.ltx_qfold_attn.argtypes = [p] * 9 + [i] * 3 + [f, p]
 
     def _check(self, rc: int, what: str) -> None:
         if rc:
@@ -75,8 +75,9 @@ class Lib:
         self._check(rc, "ltx_grid_prologue")
 
     def attn(self, qn, kn, v, o) -> None:
+        v16 = self.torch.empty_like(v)  # the kernel's fp16 V, from torch's allocator as the binding takes it
         rc = self.lib.ltx_attn(
-            o.data_ptr(), qn.data_ptr(), kn.data_ptr(), v.data_ptr(), B, S, H, D**-0.5, self.stream()
+            o.data_ptr(), qn.data_ptr(), kn.data_ptr(), v.data_ptr(), v16.data_ptr(), B, S, H, D**-0.5, self.stream()
         )
         self._check(rc, "ltx_attn")
 
@@ -87,9 +88,10 @@ class Lib:
         self._check(rc, "ltx_qfold_prologue")
 
     def fold_attn(self, x: dict, kn, inv, o) -> None:
+        v16 = self.torch.empty_like(x["v"])
         rc = self.lib.ltx_qfold_attn(o.data_ptr(), x["q"].data_ptr(), kn.data_ptr(), x["v"].data_ptr(),
-                                     inv.data_ptr(), x["wq"].data_ptr(), x["pos"].data_ptr(), x["freqs"].data_ptr(),
-                                     B, S, H, D**-0.5, self.stream())  # fmt: skip
+                                     v16.data_ptr(), inv.data_ptr(), x["wq"].data_ptr(), x["pos"].data_ptr(),
+                                     x["freqs"].data_ptr(), B, S, H, D**-0.5, self.stream())  # fmt: skip
         self._check(rc, "ltx_qfold_attn")
 
 

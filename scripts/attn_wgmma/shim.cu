@@ -1,5 +1,6 @@
 // The probe's entry point: the shipped kernel (kernel_src/ltx_cuda_sm90/attention.cuh) in several
-// configurations, behind a C function that ctypes calls with torch's pointers and stream.
+// configurations, behind a C function that ctypes calls with torch's pointers and stream (v16: scratch of v's
+// size from torch's allocator, as the binding gives the kernel).
 #include <cstdio>
 
 #include "attention.cuh"
@@ -11,7 +12,7 @@ using ltx_cuda_sm90::Schedule;
 
 struct Variant {
   const char* name;
-  const char* (*launch)(void*, const void*, const void*, const void*, int64_t, int64_t, int64_t, float,
+  const char* (*launch)(void*, const void*, const void*, const void*, void*, int64_t, int64_t, int64_t, float,
                         cudaStream_t, bool);
   bool balance = true;  // narrow CTAs in the last round (attention.cuh's Tiling); false: every item whole
 };
@@ -31,11 +32,11 @@ const Variant kVariants[] = {
 
 }  // namespace
 
-extern "C" int ltx_attn_fwd(const void* q, const void* k, const void* v, void* o, int B, int S, int H, float scale,
-                            void* stream, int variant) {
+extern "C" int ltx_attn_fwd(const void* q, const void* k, const void* v, void* v16, void* o, int B, int S, int H,
+                            float scale, void* stream, int variant) {
   if (variant < 0 || variant >= int(sizeof(kVariants) / sizeof(kVariants[0]))) return 3;
   const Variant& var = kVariants[variant];
-  if (const char* why = var.launch(o, q, k, v, B, S, H, scale, static_cast<cudaStream_t>(stream), var.balance)) {
+  if (const char* why = var.launch(o, q, k, v, v16, B, S, H, scale, static_cast<cudaStream_t>(stream), var.balance)) {
     std::fprintf(stderr, "%s\n", why);
     return 1;
   }
@@ -49,11 +50,12 @@ extern "C" const char* ltx_attn_variant(int variant) {
 
 // The 8-bit draft (int8.cuh): q8, k8 int8 and their scales from ltx_reference's quantisers, v bf16; schedule 0
 // is the serial one (2 stages), 1 the shipped kernel's overlapped one with turns (3 stages).
-extern "C" int ltx_attn_int8_fwd(const void* q8, const void* k8, const void* v, void* o, const float* q_scale,
-                                 const float* k_scale, int B, int S, int H, void* stream, int schedule) {
+extern "C" int ltx_attn_int8_fwd(const void* q8, const void* k8, const void* v, void* v16, void* o,
+                                 const float* q_scale, const float* k_scale, int B, int S, int H, void* stream,
+                                 int schedule) {
   const auto launch = schedule == 1 ? ltx_cuda_sm90::launch_attention_int8<3, Schedule::kOverlapOrdered>
                                     : ltx_cuda_sm90::launch_attention_int8<2>;
-  if (const char* why = launch(o, q8, k8, v, q_scale, k_scale, B, S, H, static_cast<cudaStream_t>(stream))) {
+  if (const char* why = launch(o, q8, k8, v, v16, q_scale, k_scale, B, S, H, static_cast<cudaStream_t>(stream))) {
     std::fprintf(stderr, "%s\n", why);
     return 1;
   }
