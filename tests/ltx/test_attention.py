@@ -220,6 +220,37 @@ def test_the_kernel_is_as_accurate_as_cudnn_bf16(ltx, shape, k_outliers, seed):
     assert ref.as_accurate_as(cos, l1, cos_cudnn, l1_cudnn), (cos, l1, cos_cudnn, l1_cudnn)
 
 
+def _hard(case: str, seed: int):
+    """Inputs on which the kernel's first pass (V in fp16, one softmax offset per row) alone would lose: a token's
+    V past fp16's range in heads 0-1 (v-wide), V 2^-20 small in heads 2-3 (v-tiny), rows whose weight sits on a
+    few keys (peaked), a tile of keys 40 times longer than the first (rising)."""
+    q, k, v = (t.float() for t in _qkv(1, 2048, 4, seed=seed))
+    if case == "v-wide":
+        v[:, 700, :2] *= 2.0**17
+    elif case == "v-tiny":
+        v[:, :, 2:] *= 2.0**-20
+    elif case == "peaked":
+        q *= 3
+    else:
+        k[:, 1024:1152] *= 40
+    return tuple(t.to(torch.bfloat16).cuda() for t in (q, k, v))
+
+
+@pytest.mark.parametrize("case", ["v-wide", "v-tiny", "peaked", "rising"])
+@pytest.mark.gpu
+@needs_sm90
+def test_where_fp16_v_or_one_offset_per_row_would_lose_the_kernel_stays_as_accurate_as_cudnn(ltx, case):
+    """Head by head (each at its own scale), as accurate as cuDNN: the CTAs whose output says the fp16 pass lost
+    ran again in bf16, and rows that rose past their offset took that tile the exact way."""
+    q, k, v = _hard(case, seed=4)
+    assert ltx.attention_on_kernel(q, k, v)
+    out, cudnn = ltx.attention(q, k, v), _sdpa(q, k, v, SDPBackend.CUDNN_ATTENTION)
+    fp32 = _sdpa(q.float(), k.float(), v.float(), SDPBackend.EFFICIENT_ATTENTION)
+    for h in range(q.shape[2]):
+        errors, errors_cudnn = ref.errors(out[:, :, h], fp32[:, :, h]), ref.errors(cudnn[:, :, h], fp32[:, :, h])
+        assert ref.as_accurate_as(*errors, *errors_cudnn), (h, errors, errors_cudnn)
+
+
 @pytest.mark.gpu
 @needs_sm90
 @needs_diffusers
