@@ -282,9 +282,9 @@ def attention_tiles(
     """(the tile algorithm's bf16 output [B, S, H, D] as float64, how many row tiles were refit) for bf16 q, k, v:
     fp32 scores, the online softmax (fixed_offset=False) or a fixed offset with refits; P and V rounded to
     pv_dtype for P V. With v_range (lo, hi), a head one of whose V tiles has its largest |v| outside [lo, hi)
-    (and not 0) goes the online way in bf16, as the second pass of the probe's fp16-range does. With o_check, a
-    head one of whose output rows is not finite (V past fp16's range is inf in fp16) or has a mean |o| under
-    2^-12 (where fp16's subnormals cost V precision) goes that way, as the probe's v-redo does per CTA."""
+    (and not 0) goes the online way in bf16 (a range check measured and not taken). With o_check, a head one of
+    whose output rows is not finite (V past fp16's range is inf in fp16) or has a mean |o| under 2^-12 (where
+    fp16's subnormals cost V precision) goes that way, as the sm_90a kernel's second pass does per CTA."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     q, k, v = (t.to(torch.bfloat16).transpose(1, 2) for t in (q, k, v))
     out = torch.empty(q.shape, dtype=torch.float64)

@@ -146,7 +146,7 @@ def test_on_peaked_attention_a_fixed_offset_needs_fp16_p_to_stay_as_accurate():
 @pytest.mark.parametrize(
     "check",
     [{"v_range": (2.0**-10, 2.0**16)}, {"o_check": True}],
-    ids=["v-range", "output"],  # the probe's fp16-range (V's range as it is converted), v-redo (the output)
+    ids=["v-range", "output"],  # V's range as it is converted (measured, not taken), the output (the kernel's)
 )
 def test_fp16_p_v_leaves_a_head_whose_v_fp16_cannot_hold_to_the_bf16_pass(check):
     """A token of head 0's V past fp16's largest (inf in fp16), head 1's V 2^-20 small (fp16 keeps it in
